@@ -1,0 +1,235 @@
+//! The error type shared by core and every store.
+
+use std::fmt;
+
+use chrono::NaiveDate;
+
+use crate::job::RunReport;
+
+/// A boxed error from a fetch function or a storage driver.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in backfill.
+///
+/// Match on the variant, not on the message: messages may be reworded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A record breaks a record rule. Nothing of its batch was written.
+    #[error("invalid record {}: {field} {problem}", ShortKey(.key))]
+    InvalidRecord {
+        /// The offending record's key (possibly itself the problem).
+        key: String,
+        /// The field that breaks a rule.
+        field: Field,
+        /// What is wrong with it.
+        problem: Problem,
+    },
+
+    /// In strict mode, a fetch for one day returned a record of another day:
+    /// a fetch bug. Nothing of the batch was written.
+    #[error("record {} has event_date {found} but the batch is for {expected}", ShortKey(.key))]
+    WrongDay {
+        /// The offending record's key.
+        key: String,
+        /// The day being synced.
+        expected: NaiveDate,
+        /// The record's `event_date`.
+        found: NaiveDate,
+    },
+
+    /// A backfill range whose start is after its end.
+    #[error("invalid range: start {start} is after end {end}")]
+    InvalidRange {
+        /// First day asked for.
+        start: NaiveDate,
+        /// Last day asked for.
+        end: NaiveDate,
+    },
+
+    /// A table, schema or other identifier that is not
+    /// `[A-Za-z_][A-Za-z0-9_]*` (at most 63 bytes). No SQL is ever built from it.
+    #[error("invalid {what} name {name:?}: expected [A-Za-z_][A-Za-z0-9_]*, at most 63 bytes")]
+    InvalidName {
+        /// Which kind of name (`"table"`, `"schema"`).
+        what: &'static str,
+        /// The rejected name.
+        name: String,
+    },
+
+    /// The fetch function failed for a day.
+    #[error("fetching {day} failed: {source}")]
+    Fetch {
+        /// The day whose fetch failed.
+        day: NaiveDate,
+        /// The fetch function's own error.
+        source: BoxError,
+    },
+
+    /// The store could not be opened or connected to (missing directory,
+    /// not a database, unreachable server, refused credentials).
+    #[error("{backend}: cannot open the store: {source}")]
+    Open {
+        /// The store's name, e.g. `"sqlite"`.
+        backend: &'static str,
+        /// The driver's error.
+        source: BoxError,
+    },
+
+    /// The store's engine failed while reading or applying a batch. A
+    /// failed apply wrote nothing.
+    #[error("{backend}: {source}")]
+    Backend {
+        /// The store's name, e.g. `"sqlite"`.
+        backend: &'static str,
+        /// Whether trying again may succeed (lock contention, deadlock,
+        /// serialization failure, lost connection).
+        retryable: bool,
+        /// The driver's error.
+        source: BoxError,
+    },
+
+    /// Some days of a backfill failed; every other day was attempted.
+    #[error("{0}")]
+    Backfill(Box<BackfillError>),
+}
+
+impl Error {
+    /// Whether the same operation may succeed if tried again.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Backend {
+                retryable: true,
+                ..
+            }
+        )
+    }
+
+    /// Wraps a driver error met while reading or writing.
+    pub fn backend(
+        backend: &'static str,
+        retryable: bool,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Error::Backend {
+            backend,
+            retryable,
+            source: source.into(),
+        }
+    }
+
+    /// Wraps a driver error met while opening or connecting.
+    pub fn open(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Error::Open {
+            backend,
+            source: source.into(),
+        }
+    }
+}
+
+/// The failed days of a backfill, with the report of the days that
+/// succeeded.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct BackfillError {
+    /// Each failed day with its error, in day order.
+    pub failed: Vec<(NaiveDate, Error)>,
+    /// The days that succeeded.
+    pub report: RunReport,
+}
+
+impl fmt::Display for BackfillError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "backfill failed for {} of {} days:",
+            self.failed.len(),
+            self.failed.len() + self.report.days.len()
+        )?;
+        for (day, error) in &self.failed {
+            write!(f, "\n  {day}: {error}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for BackfillError {}
+
+/// A record field, as named in [`Error::InvalidRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Field {
+    /// `key`
+    Key,
+    /// `event_date`
+    EventDate,
+    /// `value`
+    Value,
+    /// `updated_at`
+    UpdatedAt,
+}
+
+impl fmt::Display for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Field::Key => "key",
+            Field::EventDate => "event_date",
+            Field::Value => "value",
+            Field::UpdatedAt => "updated_at",
+        })
+    }
+}
+
+/// What is wrong with a field, as named in [`Error::InvalidRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Problem {
+    /// The field is empty.
+    Empty,
+    /// The field is longer than allowed.
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// The field holds a NUL character.
+    ContainsNul,
+    /// The date or instant is outside years 1 to 9999.
+    OutOfRange,
+    /// The instant is a leap second, which stores cannot keep.
+    LeapSecond,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::Empty => f.write_str("is empty"),
+            Problem::TooLong { len, max } => write!(f, "is {len} bytes, more than {max}"),
+            Problem::ContainsNul => f.write_str("contains a NUL character"),
+            Problem::OutOfRange => f.write_str("is outside years 1 to 9999"),
+            Problem::LeapSecond => f.write_str("is a leap second"),
+        }
+    }
+}
+
+/// Shows a key in a message, shortened when it is long.
+struct ShortKey<'a>(&'a str);
+
+impl fmt::Display for ShortKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 64;
+        if self.0.len() <= SHOWN {
+            return write!(f, "{:?}", self.0);
+        }
+        let mut end = SHOWN;
+        while !self.0.is_char_boundary(end) {
+            end -= 1;
+        }
+        write!(f, "{:?}… ({} bytes)", &self.0[..end], self.0.len())
+    }
+}

@@ -1,0 +1,84 @@
+//! One write path for a pipeline's daily sync and its backfill.
+//!
+//! A daily job and a backfill job that share [`upsert`] converge to the same
+//! stored state whatever you re-run: any day, any number of times, in any
+//! order, one at a time or concurrently. No duplicate rows, no stale
+//! re-delivery clobbering a newer row, and no bookkeeping of which days were
+//! already backfilled.
+//!
+//! - A [`Record`] is a keyed, dated, versioned row, valid by construction.
+//! - For one key, the version with the greatest
+//!   `(updated_at, value, event_date)` wins ([`Record::supersedes`]); the
+//!   order is total, so the winner never depends on arrival order.
+//! - [`upsert`] validates a day's records, collapses duplicate keys and hands
+//!   the [`Batch`] to a [`Store`], which applies it in one transaction with
+//!   its engine's own conditional upsert. Identical rows are not written.
+//! - [`sync_one_day`] and [`backfill`] fetch through your [`Fetch`] function
+//!   and call `upsert`; they hold no write logic of their own.
+//!
+//! Stores: [`MemoryStore`] here, `backfill-sqlite` and `backfill-postgres`
+//! beside this crate, or your own: implement [`Store`] and run the
+//! conformance suite (feature `conformance`) against it.
+//!
+//! # Example
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill_core::Result<()> {
+//! use backfill_core::{backfill, sync_one_day, MemoryStore, Record, Store};
+//! use chrono::NaiveDate;
+//!
+//! // Your upstream call: the records of one day.
+//! async fn fetch(day: NaiveDate) -> Result<Vec<Record>, std::io::Error> {
+//!     let at = day.and_hms_opt(23, 0, 0).unwrap().and_utc();
+//!     Ok((0..3)
+//!         .map(|i| Record::new(format!("order:{day}:{i}"), day, format!("{{\"n\":{i}}}"), at))
+//!         .collect::<Result<_, _>>()
+//!         .expect("valid records"))
+//! }
+//!
+//! let store = MemoryStore::new();
+//! let jan = |d| NaiveDate::from_ymd_opt(2026, 1, d).unwrap();
+//!
+//! let report = backfill(&store, &fetch, jan(1)..=jan(5)).await?;
+//! assert_eq!(report.totals().inserted, 15);
+//!
+//! // Re-running anything writes nothing and changes nothing.
+//! let rerun = backfill(&store, &fetch, jan(2)..=jan(4)).await?;
+//! assert_eq!(rerun.totals().written(), 0);
+//! let day = sync_one_day(&store, &fetch, Some(jan(5))).await?;
+//! assert_eq!(day.counts.unchanged, 3);
+//! assert_eq!(store.rows().await?.len(), 15);
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+#![doc(test(attr(deny(warnings))))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod error;
+mod fetch;
+mod job;
+mod memory;
+mod record;
+mod store;
+mod write;
+
+#[cfg(any(feature = "conformance", test))]
+pub mod conformance;
+
+pub use error::{BackfillError, BoxError, Error, Field, Problem, Result};
+pub use fetch::Fetch;
+pub use job::{backfill, sync_one_day, Clock, DayReport, FixedClock, Job, RunReport, SystemClock};
+pub use memory::MemoryStore;
+pub use record::{Record, MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
+pub use store::{check_identifier, Batch, Counts, Mode, Store};
+pub use write::{upsert, EventDates, WriteOptions};
+
+// Re-exported for the `conformance_tests!` macro.
+#[cfg(any(feature = "conformance", test))]
+#[doc(hidden)]
+pub use tokio as __tokio;
+
+// Lets the conformance macro's `backfill_core::` paths resolve in this
+// crate's own tests.
+#[cfg(test)]
+extern crate self as backfill_core;

@@ -1,0 +1,301 @@
+//! [`Record`]: the unit every store keeps, and the order that decides which
+//! version of a key wins.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use chrono::{DateTime, Datelike, NaiveDate, SubsecRound, Timelike, Utc};
+
+use crate::error::{Error, Field, Problem, Result};
+
+/// The longest key a record may have, in bytes.
+pub const MAX_KEY_BYTES: usize = 512;
+
+/// The earliest year a date or instant may fall in.
+///
+/// Years 1 to 9999 are what every common engine can store and sort the same
+/// way (BigQuery's `TIMESTAMP` range, four-digit ISO text in SQLite), so a
+/// record that one store accepts, every store accepts.
+pub const MIN_YEAR: i32 = 1;
+/// The latest year a date or instant may fall in (see [`MIN_YEAR`]).
+pub const MAX_YEAR: i32 = 9999;
+
+/// One version of one keyed row.
+///
+/// A `Record` can only be built through [`Record::new`], which enforces the
+/// record rules, so every `Record` a program holds is valid:
+///
+/// | field | rule |
+/// |---|---|
+/// | `key` | non-empty, at most [`MAX_KEY_BYTES`] bytes, no NUL character |
+/// | `event_date` | the day partition the record belongs to; years 1–9999 |
+/// | `value` | the payload (often JSON); no NUL character |
+/// | `updated_at` | UTC, truncated to whole microseconds; years 1–9999, no leap second |
+///
+/// # Which version wins
+///
+/// For one key, the version with the greater
+/// `(updated_at, value, event_date)` wins, compared left to right, text by its
+/// UTF-8 bytes. This is a total order, so the winner among any set of
+/// versions does not depend on the order they arrive in; see
+/// [`Record::supersedes`].
+///
+/// ```
+/// use backfill_core::Record;
+/// use chrono::{NaiveDate, TimeZone, Utc};
+///
+/// let day = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
+/// let at = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
+/// let old = Record::new("order:1", day, r#"{"total":10}"#, at)?;
+/// let new = Record::new("order:1", day, r#"{"total":12}"#, at + chrono::Duration::seconds(1))?;
+/// assert!(new.supersedes(&old));
+/// # Ok::<(), backfill_core::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Record {
+    key: String,
+    event_date: NaiveDate,
+    value: String,
+    updated_at: DateTime<Utc>,
+}
+
+impl Record {
+    /// Builds a record, enforcing the record rules.
+    ///
+    /// `updated_at` is truncated to whole microseconds, so every store sees
+    /// the identical instant (Postgres `timestamptz` keeps microseconds).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidRecord`] naming the key, the field and the problem.
+    pub fn new(
+        key: impl Into<String>,
+        event_date: NaiveDate,
+        value: impl Into<String>,
+        updated_at: DateTime<Utc>,
+    ) -> Result<Self> {
+        let record = Self::new_unchecked(key.into(), event_date, value.into(), updated_at);
+        record.validate()?;
+        Ok(record)
+    }
+
+    /// Builds a record without checking the rules (microseconds are still
+    /// truncated). Only the conformance suite uses it, to prove that a bad
+    /// record never reaches a table.
+    pub(crate) fn new_unchecked(
+        key: String,
+        event_date: NaiveDate,
+        value: String,
+        updated_at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            key,
+            event_date,
+            value,
+            updated_at: truncate_to_micros(updated_at),
+        }
+    }
+
+    /// Checks the record rules; [`Record::new`] already did, so this only
+    /// fails for a record built around them. The write path and the stores
+    /// call it again as a last line of defence.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidRecord`] naming the key, the field and the problem.
+    pub fn validate(&self) -> Result<()> {
+        let fail = |field, problem| {
+            Err(Error::InvalidRecord {
+                key: self.key.clone(),
+                field,
+                problem,
+            })
+        };
+        if self.key.is_empty() {
+            return fail(Field::Key, Problem::Empty);
+        }
+        if self.key.len() > MAX_KEY_BYTES {
+            return fail(
+                Field::Key,
+                Problem::TooLong {
+                    len: self.key.len(),
+                    max: MAX_KEY_BYTES,
+                },
+            );
+        }
+        if self.key.contains('\0') {
+            return fail(Field::Key, Problem::ContainsNul);
+        }
+        if self.value.contains('\0') {
+            return fail(Field::Value, Problem::ContainsNul);
+        }
+        if !year_in_range(self.event_date.year()) {
+            return fail(Field::EventDate, Problem::OutOfRange);
+        }
+        if !year_in_range(self.updated_at.year()) {
+            return fail(Field::UpdatedAt, Problem::OutOfRange);
+        }
+        // chrono encodes a leap second as a nanosecond count past one
+        // second; no engine we target can store it.
+        if self.updated_at.nanosecond() >= 1_000_000_000 {
+            return fail(Field::UpdatedAt, Problem::LeapSecond);
+        }
+        Ok(())
+    }
+
+    /// The record's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The day partition the record belongs to.
+    pub fn event_date(&self) -> NaiveDate {
+        self.event_date
+    }
+
+    /// The payload.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// When this version was written upstream, at microsecond precision.
+    pub fn updated_at(&self) -> DateTime<Utc> {
+        self.updated_at
+    }
+
+    /// Splits the record into `(key, event_date, value, updated_at)`.
+    pub fn into_parts(self) -> (String, NaiveDate, String, DateTime<Utc>) {
+        (self.key, self.event_date, self.value, self.updated_at)
+    }
+
+    /// Compares the *versions* of two records:
+    /// `(updated_at, value, event_date)`, left to right, text by UTF-8 bytes.
+    /// Keys are not compared.
+    pub fn cmp_version(&self, other: &Self) -> Ordering {
+        self.updated_at
+            .cmp(&other.updated_at)
+            .then_with(|| self.value.as_bytes().cmp(other.value.as_bytes()))
+            .then_with(|| self.event_date.cmp(&other.event_date))
+    }
+
+    /// Whether this version wins over `other` (for the same key).
+    pub fn supersedes(&self, other: &Self) -> bool {
+        self.cmp_version(other) == Ordering::Greater
+    }
+}
+
+impl fmt::Debug for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Record")
+            .field("key", &self.key)
+            .field("event_date", &self.event_date)
+            .field("value", &self.value)
+            .field("updated_at", &self.updated_at)
+            .finish()
+    }
+}
+
+fn year_in_range(year: i32) -> bool {
+    (MIN_YEAR..=MAX_YEAR).contains(&year)
+}
+
+fn truncate_to_micros(at: DateTime<Utc>) -> DateTime<Utc> {
+    at.trunc_subsecs(6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn day() -> NaiveDate {
+        NaiveDate::from_ymd_opt(2026, 1, 1).unwrap()
+    }
+
+    fn at() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()
+    }
+
+    fn problem(result: Result<Record>) -> (Field, Problem) {
+        match result {
+            Err(Error::InvalidRecord { field, problem, .. }) => (field, problem),
+            other => panic!("expected InvalidRecord, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn key_rules() {
+        assert_eq!(
+            problem(Record::new("", day(), "v", at())),
+            (Field::Key, Problem::Empty)
+        );
+        assert!(Record::new("k".repeat(MAX_KEY_BYTES), day(), "v", at()).is_ok());
+        assert_eq!(
+            problem(Record::new("k".repeat(MAX_KEY_BYTES + 1), day(), "v", at())),
+            (
+                Field::Key,
+                Problem::TooLong {
+                    len: MAX_KEY_BYTES + 1,
+                    max: MAX_KEY_BYTES
+                }
+            )
+        );
+        // 171 three-byte characters are 513 bytes: the limit is bytes.
+        assert!(matches!(
+            problem(Record::new("€".repeat(171), day(), "v", at())),
+            (Field::Key, Problem::TooLong { len: 513, .. })
+        ));
+        assert_eq!(
+            problem(Record::new("a\0b", day(), "v", at())),
+            (Field::Key, Problem::ContainsNul)
+        );
+    }
+
+    #[test]
+    fn value_and_time_rules() {
+        assert_eq!(
+            problem(Record::new("k", day(), "a\0", at())),
+            (Field::Value, Problem::ContainsNul)
+        );
+        assert!(Record::new("k", day(), "", at()).is_ok());
+        let far = NaiveDate::from_ymd_opt(10_000, 1, 1).unwrap();
+        assert_eq!(
+            problem(Record::new("k", far, "v", at())),
+            (Field::EventDate, Problem::OutOfRange)
+        );
+        let far_at = Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).unwrap();
+        assert_eq!(
+            problem(Record::new("k", day(), "v", far_at)),
+            (Field::UpdatedAt, Problem::OutOfRange)
+        );
+        let leap = NaiveDate::from_ymd_opt(2016, 12, 31)
+            .unwrap()
+            .and_hms_nano_opt(23, 59, 59, 1_500_000_000)
+            .unwrap()
+            .and_utc();
+        assert_eq!(
+            problem(Record::new("k", day(), "v", leap)),
+            (Field::UpdatedAt, Problem::LeapSecond)
+        );
+    }
+
+    #[test]
+    fn truncates_to_microseconds() {
+        let fine = at() + chrono::Duration::nanoseconds(1_234_567_891);
+        let r = Record::new("k", day(), "v", fine).unwrap();
+        assert_eq!(r.updated_at(), at() + chrono::Duration::nanoseconds(1_234_567_000));
+    }
+
+    #[test]
+    fn version_order_is_total_and_byte_wise() {
+        let a = Record::new("k", day(), "b", at()).unwrap();
+        let b = Record::new("k", day(), "a", at() + chrono::Duration::microseconds(1)).unwrap();
+        assert!(b.supersedes(&a), "later updated_at wins over greater value");
+        let z = Record::new("k", day(), "z", at()).unwrap();
+        let e = Record::new("k", day(), "é", at()).unwrap();
+        assert!(e.supersedes(&z), "UTF-8 bytes: é (c3 a9) > z (7a)");
+        let later_day = Record::new("k", day().succ_opt().unwrap(), "b", at()).unwrap();
+        assert!(later_day.supersedes(&a), "event_date breaks the last tie");
+        assert!(!a.supersedes(&a.clone()));
+    }
+}

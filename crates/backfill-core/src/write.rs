@@ -1,0 +1,159 @@
+//! [`upsert`]: the one write path. Every row any job writes goes through it.
+
+use chrono::NaiveDate;
+
+use crate::error::{Error, Result};
+use crate::record::Record;
+use crate::store::{Batch, Counts, Mode, Store};
+
+/// Whether a day's batch may hold records of other days.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EventDates {
+    /// Every record's `event_date` must be the day being synced; anything
+    /// else is a fetch bug and rejects the batch (the default).
+    #[default]
+    Strict,
+    /// Records of other days are accepted and merged like any other.
+    Lenient,
+}
+
+/// How [`upsert`] applies a batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct WriteOptions {
+    /// Merge (default) or replace the day's partition.
+    pub mode: Mode,
+    /// Strict (default) or lenient `event_date` checking.
+    pub event_dates: EventDates,
+}
+
+impl WriteOptions {
+    /// Sets the mode.
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets the `event_date` check.
+    pub fn event_dates(mut self, event_dates: EventDates) -> Self {
+        self.event_dates = event_dates;
+        self
+    }
+}
+
+/// Applies one day's records to a store: the only code that writes.
+///
+/// 1. **Validates** every record (the record rules, and in strict mode that
+///    its `event_date` is `day`). A single bad record rejects the batch
+///    before anything is written.
+/// 2. **Collapses** duplicate keys to their winning version, so the result
+///    does not depend on the order the fetch returned them in.
+/// 3. **Applies** the batch in one transaction through [`Store::apply`]:
+///    absent keys are inserted, superseded rows updated, identical rows left
+///    untouched (no write at all), older re-deliveries skipped; in
+///    [`Mode::Replace`] the day's rows missing from the batch are deleted.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill_core::Result<()> {
+/// use backfill_core::{upsert, MemoryStore, Record, WriteOptions};
+/// use chrono::{NaiveDate, TimeZone, Utc};
+///
+/// let store = MemoryStore::new();
+/// let day = NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
+/// let at = Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap();
+/// let records = vec![Record::new("a", day, "1", at)?, Record::new("b", day, "2", at)?];
+///
+/// let first = upsert(&store, day, records.clone(), WriteOptions::default()).await?;
+/// assert_eq!(first.inserted, 2);
+/// let again = upsert(&store, day, records, WriteOptions::default()).await?;
+/// assert_eq!((again.unchanged, again.written()), (2, 0));
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::InvalidRecord`] or [`Error::WrongDay`] for a bad batch (nothing
+/// written); the store's own error if applying failed (nothing written).
+pub async fn upsert<S>(
+    store: &S,
+    day: NaiveDate,
+    records: Vec<Record>,
+    options: WriteOptions,
+) -> Result<Counts>
+where
+    S: Store + ?Sized,
+{
+    let (batch, collapsed) = prepare(day, records, options)?;
+    let mut counts = store.apply(&batch).await?;
+    if counts.applied() != batch.len() as u64 {
+        return Err(Error::backend(
+            "core",
+            false,
+            format!(
+                "{store:?} reported {} records applied for a batch of {}",
+                counts.applied(),
+                batch.len()
+            ),
+        ));
+    }
+    counts.collapsed = collapsed;
+    Ok(counts)
+}
+
+/// Validates and collapses; returns the batch and the number of duplicates
+/// dropped.
+pub(crate) fn prepare(
+    day: NaiveDate,
+    mut records: Vec<Record>,
+    options: WriteOptions,
+) -> Result<(Batch, u64)> {
+    for record in &records {
+        record.validate()?;
+        if options.event_dates == EventDates::Strict && record.event_date() != day {
+            return Err(Error::WrongDay {
+                key: record.key().to_owned(),
+                expected: day,
+                found: record.event_date(),
+            });
+        }
+    }
+    let before = records.len();
+    // Key order (the order stores write in), and within a key the winning
+    // version first, so dedup keeps exactly the winner.
+    records.sort_unstable_by(|a, b| {
+        a.key()
+            .as_bytes()
+            .cmp(b.key().as_bytes())
+            .then_with(|| b.cmp_version(a))
+    });
+    records.dedup_by(|later, first| later.key() == first.key());
+    let collapsed = (before - records.len()) as u64;
+    Ok((Batch::new(day, options.mode, records), collapsed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+
+    #[test]
+    fn collapse_keeps_the_winner_whatever_the_order() {
+        let day = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
+        let at = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let versions = [
+            Record::new("k", day, "a", at).unwrap(),
+            Record::new("k", day, "c", at).unwrap(),
+            Record::new("k", day, "b", at).unwrap(),
+            Record::new("j", day, "x", at).unwrap(),
+        ];
+        for rotation in 0..versions.len() {
+            let mut records = versions.to_vec();
+            records.rotate_left(rotation);
+            let (batch, collapsed) = prepare(day, records, WriteOptions::default()).unwrap();
+            assert_eq!(collapsed, 2);
+            let kept: Vec<_> = batch.records().iter().map(|r| (r.key(), r.value())).collect();
+            assert_eq!(kept, [("j", "x"), ("k", "c")]);
+        }
+    }
+}
