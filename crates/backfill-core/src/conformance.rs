@@ -172,7 +172,11 @@ pub async fn insert_into_empty(store: &dyn Store) {
         rec("insert/c", day(0), "", at(3)),
     ];
     let c = apply(store, day(0), records.clone()).await;
-    assert_eq!(c, counts(3, 0, 0, 0, 0), "counts after inserting 3 new keys");
+    assert_eq!(
+        c,
+        counts(3, 0, 0, 0, 0),
+        "counts after inserting 3 new keys"
+    );
     let mut expected = records;
     expected.sort_by(|a, b| a.key().cmp(b.key()));
     assert_eq!(rows_under(store, "insert/").await, expected);
@@ -227,9 +231,21 @@ pub async fn tie_on_updated_at_resolved_by_value(store: &dyn Store) {
         assert_eq!(c, counts(0, 1, 0, 0, 0), "{high:?} must supersede {low:?}");
         apply(store, day(0), vec![rec(&kb, day(0), high, at(5))]).await;
         let c = apply(store, day(0), vec![rec(&kb, day(0), low, at(5))]).await;
-        assert_eq!(c, counts(0, 0, 0, 1, 0), "{low:?} must be stale against {high:?}");
-        assert_eq!(get(store, &ka).await.unwrap().value(), high, "{low:?} then {high:?}");
-        assert_eq!(get(store, &kb).await.unwrap().value(), high, "{high:?} then {low:?}");
+        assert_eq!(
+            c,
+            counts(0, 0, 0, 1, 0),
+            "{low:?} must be stale against {high:?}"
+        );
+        assert_eq!(
+            get(store, &ka).await.unwrap().value(),
+            high,
+            "{low:?} then {high:?}"
+        );
+        assert_eq!(
+            get(store, &kb).await.unwrap().value(),
+            high,
+            "{high:?} then {low:?}"
+        );
     }
 }
 
@@ -285,7 +301,11 @@ pub async fn replace_deletes_only_missing_keys_of_that_day(store: &dyn Store) {
     let newer_c = rec("replace/c", day(10), "v2", at(2));
     let fixed = vec![d0[0].clone(), newer_c.clone()];
     let c = apply_with(store, day(10), fixed.clone(), replace).await;
-    assert_eq!(c, counts(0, 1, 1, 0, 1), "b deleted, c updated, a unchanged");
+    assert_eq!(
+        c,
+        counts(0, 1, 1, 0, 1),
+        "b deleted, c updated, a unchanged"
+    );
     let expected = vec![d0[0].clone(), newer_c, d1[0].clone(), d1[1].clone()];
     assert_eq!(rows_under(store, "replace/").await, expected);
     let c = apply_with(store, day(10), fixed, replace).await;
@@ -296,8 +316,18 @@ pub async fn replace_deletes_only_missing_keys_of_that_day(store: &dyn Store) {
 /// Replace mode with an empty batch empties exactly that day.
 pub async fn replace_with_empty_batch_empties_the_day(store: &dyn Store) {
     let replace = WriteOptions::default().mode(Mode::Replace);
-    apply(store, day(20), vec![rec("empty-replace/a", day(20), "v", at(1))]).await;
-    apply(store, day(21), vec![rec("empty-replace/b", day(21), "v", at(1))]).await;
+    apply(
+        store,
+        day(20),
+        vec![rec("empty-replace/a", day(20), "v", at(1))],
+    )
+    .await;
+    apply(
+        store,
+        day(21),
+        vec![rec("empty-replace/b", day(21), "v", at(1))],
+    )
+    .await;
     let c = apply_with(store, day(20), Vec::new(), replace).await;
     assert_eq!(c, counts(0, 0, 0, 0, 1));
     let left = rows_under(store, "empty-replace/").await;
@@ -308,13 +338,32 @@ pub async fn replace_with_empty_batch_empties_the_day(store: &dyn Store) {
 /// A batch holding one record that breaks a rule is rejected with
 /// `InvalidRecord` naming the field, and nothing of it is written.
 pub async fn invalid_record_writes_nothing(store: &dyn Store) {
-    apply(store, day(0), vec![rec("invalid/seed", day(0), "v1", at(1))]).await;
+    apply(
+        store,
+        day(0),
+        vec![rec("invalid/seed", day(0), "v1", at(1))],
+    )
+    .await;
     let before = rows(store).await;
     let far = NaiveDate::from_ymd_opt(10_000, 1, 1).unwrap();
     let cases = [
         ("", day(0), "v", at(1), Field::Key, "empty key"),
-        ("invalid/nul\0", day(0), "v", at(1), Field::Key, "NUL in key"),
-        ("invalid/v", day(0), "a\0b", at(1), Field::Value, "NUL in value"),
+        (
+            "invalid/nul\0",
+            day(0),
+            "v",
+            at(1),
+            Field::Key,
+            "NUL in key",
+        ),
+        (
+            "invalid/v",
+            day(0),
+            "a\0b",
+            at(1),
+            Field::Value,
+            "NUL in value",
+        ),
         ("invalid/d", far, "v", at(1), Field::EventDate, "year 10000"),
     ];
     let long_key = format!("invalid/{}", "k".repeat(MAX_KEY_BYTES));
@@ -334,7 +383,11 @@ pub async fn invalid_record_writes_nothing(store: &dyn Store) {
             Err(Error::InvalidRecord { field: f, .. }) => assert_eq!(f, field, "{what}"),
             other => panic!("{what}: expected InvalidRecord, got {other:?}"),
         }
-        assert_eq!(rows(store).await, before, "{what}: the store must be unchanged");
+        assert_eq!(
+            rows(store).await,
+            before,
+            "{what}: the store must be unchanged"
+        );
     }
 }
 
@@ -399,7 +452,11 @@ pub async fn failure_mid_batch_leaves_nothing(store: &dyn Store) {
             "{mode:?}: a store must refuse a record whose key is {} bytes (got {result:?})",
             refused.key().len()
         );
-        assert_eq!(rows(store).await, before, "{mode:?}: a failed batch must leave nothing");
+        assert_eq!(
+            rows(store).await,
+            before,
+            "{mode:?}: a failed batch must leave nothing"
+        );
     }
     let c = apply(store, day(30), vec![rec("atomic/a", day(30), "v1", at(1))]).await;
     assert_eq!(c, counts(0, 0, 1, 0, 0), "the store still works afterwards");
@@ -414,7 +471,12 @@ fn seeded_fetch(
         let records = (0..per_day)
             .map(|i| {
                 let when = d.and_hms_opt(1, 0, 0).unwrap().and_utc() + Duration::seconds(version);
-                rec(&format!("{prefix}{d}:{i}"), d, &format!("{{\"i\":{i},\"v\":{version}}}"), when)
+                rec(
+                    &format!("{prefix}{d}:{i}"),
+                    d,
+                    &format!("{{\"i\":{i},\"v\":{version}}}"),
+                    when,
+                )
             })
             .collect();
         std::future::ready(Ok(records))
@@ -426,10 +488,16 @@ fn seeded_fetch(
 pub async fn same_range_twice(store: &dyn Store) {
     let fetch = seeded_fetch("twice/", 25, 0);
     let job = Job::new();
-    let first = job.backfill(store, &fetch, day(40)..=day(46)).await.unwrap();
+    let first = job
+        .backfill(store, &fetch, day(40)..=day(46))
+        .await
+        .unwrap();
     assert_eq!(first.totals().inserted, 7 * 25);
     let after_first = rows(store).await;
-    let second = job.backfill(store, &fetch, day(40)..=day(46)).await.unwrap();
+    let second = job
+        .backfill(store, &fetch, day(40)..=day(46))
+        .await
+        .unwrap();
     assert_eq!(second.totals().written(), 0);
     assert_eq!(second.totals().unchanged, 7 * 25);
     assert_eq!(second.days.len(), 7);
@@ -452,8 +520,14 @@ pub async fn daily_then_weekly_equals_weekly_alone(store: &dyn Store) {
             let records = (0..8)
                 .map(|i| {
                     let version = if i % 3 == 0 { 60 } else { 0 };
-                    let when = d.and_hms_opt(1, 0, 0).unwrap().and_utc() + Duration::seconds(version);
-                    rec(&format!("{prefix}{d}:{i}"), d, &format!("{{\"i\":{i},\"v\":{version}}}"), when)
+                    let when =
+                        d.and_hms_opt(1, 0, 0).unwrap().and_utc() + Duration::seconds(version);
+                    rec(
+                        &format!("{prefix}{d}:{i}"),
+                        d,
+                        &format!("{{\"i\":{i},\"v\":{version}}}"),
+                        when,
+                    )
                 })
                 .collect::<Vec<_>>();
             std::future::ready(Ok::<_, std::io::Error>(records))
@@ -501,8 +575,12 @@ fn scenario_strategy(prefix: String) -> impl Strategy<Value = Scenario> {
     const KEYS: [&str; 5] = ["a", "b", "Z", "é", "ключ"];
     const VALUES: [&str; 5] = ["", "a", "b", "z", "é"];
     let version = (0..KEYS.len(), 0..3i64, 0..VALUES.len(), 0..3i64, 0..2usize);
-    (vec(version, 1..24), vec(0..64usize, 0..6), vec(0..1000u32, 64)).prop_map(
-        move |(versions, repeats, priorities)| {
+    (
+        vec(version, 1..24),
+        vec(0..64usize, 0..6),
+        vec(0..1000u32, 64),
+    )
+        .prop_map(move |(versions, repeats, priorities)| {
             // Group versions into batches by (day, split): each day may be
             // fetched twice with different contents.
             let mut batches: Vec<(NaiveDate, Vec<Record>)> = Vec::new();
@@ -523,16 +601,22 @@ fn scenario_strategy(prefix: String) -> impl Strategy<Value = Scenario> {
             let mut order: Vec<usize> = (0..batches.len())
                 .chain(repeats.iter().map(|r| r % batches.len()))
                 .collect();
-            let mut slots: Vec<(u32, usize)> =
-                order.iter().enumerate().map(|(i, b)| (priorities[i], *b)).collect();
+            let mut slots: Vec<(u32, usize)> = order
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (priorities[i], *b))
+                .collect();
             slots.sort();
             order = slots.into_iter().map(|(_, b)| b).collect();
             Scenario { batches, order }
-        },
-    )
+        })
 }
 
-async fn check_scenario(store: &dyn Store, prefix: &str, scenario: &Scenario) -> Result<(), String> {
+async fn check_scenario(
+    store: &dyn Store,
+    prefix: &str,
+    scenario: &Scenario,
+) -> Result<(), String> {
     for &i in &scenario.order {
         let (d, records) = &scenario.batches[i];
         upsert(store, *d, records.clone(), WriteOptions::default())
@@ -558,7 +642,13 @@ async fn check_scenario(store: &dyn Store, prefix: &str, scenario: &Scenario) ->
     let memory: Vec<_> = scenario
         .order
         .iter()
-        .map(|&i| (scenario.batches[i].0, scenario.batches[i].1.clone(), WriteOptions::default()))
+        .map(|&i| {
+            (
+                scenario.batches[i].0,
+                scenario.batches[i].1.clone(),
+                WriteOptions::default(),
+            )
+        })
         .collect();
     if got != oracle(&memory).await {
         return Err("differs from MemoryStore fed the same batches".into());
@@ -643,7 +733,12 @@ fn rebase(scenario: &Scenario, prefix: &str) -> Scenario {
                 .iter()
                 .map(|r| {
                     let suffix = r.key().splitn(3, '/').nth(2).unwrap_or(r.key());
-                    rec(&format!("{prefix}{suffix}"), r.event_date(), r.value(), r.updated_at())
+                    rec(
+                        &format!("{prefix}{suffix}"),
+                        r.event_date(),
+                        r.value(),
+                        r.updated_at(),
+                    )
                 })
                 .collect();
             (*d, moved)
@@ -667,14 +762,22 @@ pub async fn concurrent_overlapping_batches_converge(store: &dyn Store) {
             .map(|k| {
                 let k = k % KEYS;
                 let t = ((k * 7 + b * 13) % 5) as i64;
-                rec(&format!("concurrent/{k:03}"), day(70), &format!("b{b}"), at(t))
+                rec(
+                    &format!("concurrent/{k:03}"),
+                    day(70),
+                    &format!("b{b}"),
+                    at(t),
+                )
             })
             .collect()
     };
     let batches: Vec<Vec<Record>> = (0..BATCHES).map(batch).collect();
-    let runs = batches.iter().chain(batches.iter().rev()).map(|records| async move {
-        upsert(store, day(70), records.clone(), WriteOptions::default()).await
-    });
+    let runs = batches
+        .iter()
+        .chain(batches.iter().rev())
+        .map(|records| async move {
+            upsert(store, day(70), records.clone(), WriteOptions::default()).await
+        });
     for result in join_all(runs).await {
         result.unwrap_or_else(|e| panic!("a concurrent upsert failed: {e}"));
     }
@@ -741,7 +844,14 @@ pub async fn sub_microsecond_timestamps(store: &dyn Store) {
 /// A 10 000-record batch applies in one go, and its re-run is unchanged.
 pub async fn large_batch(store: &dyn Store) {
     let records: Vec<_> = (0..10_000)
-        .map(|i| rec(&format!("large/{i:05}"), day(80), &format!("{{\"i\":{i}}}"), at(i)))
+        .map(|i| {
+            rec(
+                &format!("large/{i:05}"),
+                day(80),
+                &format!("{{\"i\":{i}}}"),
+                at(i),
+            )
+        })
         .collect();
     let c = apply(store, day(80), records.clone()).await;
     assert_eq!(c, counts(10_000, 0, 0, 0, 0));
@@ -808,7 +918,12 @@ pub async fn inverted_range_is_an_error(store: &dyn Store) {
     let calls = AtomicUsize::new(0);
     let fetch = |d: NaiveDate| {
         calls.fetch_add(1, Ordering::SeqCst);
-        std::future::ready(Ok::<_, std::io::Error>(vec![rec("inverted/k", d, "v", at(1))]))
+        std::future::ready(Ok::<_, std::io::Error>(vec![rec(
+            "inverted/k",
+            d,
+            "v",
+            at(1),
+        )]))
     };
     let before = rows(store).await;
     match Job::new().backfill(store, &fetch, day(5)..=day(4)).await {
@@ -830,12 +945,18 @@ pub async fn failed_fetch_fails_only_its_day(store: &dyn Store) {
         };
         std::future::ready(result)
     };
-    match Job::new().backfill(store, &fetch, day(120)..=day(122)).await {
+    match Job::new()
+        .backfill(store, &fetch, day(120)..=day(122))
+        .await
+    {
         Err(Error::Backfill(failure)) => {
             assert_eq!(failure.failed.len(), 1);
             let (failed_day, error) = &failure.failed[0];
             assert_eq!(*failed_day, day(121));
-            assert!(matches!(error, Error::Fetch { day: d, .. } if *d == day(121)), "{error:?}");
+            assert!(
+                matches!(error, Error::Fetch { day: d, .. } if *d == day(121)),
+                "{error:?}"
+            );
             let ok: Vec<_> = failure.report.days.iter().map(|r| r.day).collect();
             assert_eq!(ok, [day(120), day(122)]);
         }
@@ -846,7 +967,13 @@ pub async fn failed_fetch_fails_only_its_day(store: &dyn Store) {
         .into_iter()
         .map(|r| r.key().to_owned())
         .collect();
-    assert_eq!(keys, [format!("fetch-fail/{}", day(120)), format!("fetch-fail/{}", day(122))]);
+    assert_eq!(
+        keys,
+        [
+            format!("fetch-fail/{}", day(120)),
+            format!("fetch-fail/{}", day(122))
+        ]
+    );
 }
 
 /// The longest allowed key (512 bytes, multi-byte characters) and a 1 MiB

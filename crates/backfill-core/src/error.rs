@@ -110,11 +110,7 @@ impl Error {
     }
 
     /// Wraps a driver error met while reading or writing.
-    pub fn backend(
-        backend: &'static str,
-        retryable: bool,
-        source: impl Into<BoxError>,
-    ) -> Self {
+    pub fn backend(backend: &'static str, retryable: bool, source: impl Into<BoxError>) -> Self {
         Error::Backend {
             backend,
             retryable,

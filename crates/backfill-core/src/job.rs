@@ -246,7 +246,11 @@ where
 /// # Errors
 ///
 /// See [`Job::backfill`].
-pub async fn backfill<S, F>(store: &S, fetch: &F, days: RangeInclusive<NaiveDate>) -> Result<RunReport>
+pub async fn backfill<S, F>(
+    store: &S,
+    fetch: &F,
+    days: RangeInclusive<NaiveDate>,
+) -> Result<RunReport>
 where
     S: Store + ?Sized,
     F: Fetch + ?Sized,
@@ -295,18 +299,25 @@ impl fmt::Display for RunReport {
             "{:<10}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>9}  {:>8}",
             "day", "inserted", "updated", "unchanged", "stale", "deleted", "collapsed", "ms"
         )?;
-        let line = |f: &mut fmt::Formatter<'_>, label: &str, c: &Counts, ms: u128| {
+        let line = |f: &mut fmt::Formatter<'_>, label: &str, c: &Counts, elapsed: Duration| {
             writeln!(
                 f,
-                "{:<10}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>9}  {:>8}",
-                label, c.inserted, c.updated, c.unchanged, c.stale, c.deleted, c.collapsed, ms
+                "{:<10}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>9}  {:>8.1}",
+                label,
+                c.inserted,
+                c.updated,
+                c.unchanged,
+                c.stale,
+                c.deleted,
+                c.collapsed,
+                elapsed.as_secs_f64() * 1000.0
             )
         };
         for day in &self.days {
-            line(f, &day.day.to_string(), &day.counts, day.elapsed.as_millis())?;
+            line(f, &day.day.to_string(), &day.counts, day.elapsed)?;
         }
-        let total_ms = self.days.iter().map(|d| d.elapsed.as_millis()).sum();
-        line(f, "total", &self.totals(), total_ms)?;
+        let total = self.days.iter().map(|d| d.elapsed).sum();
+        line(f, "total", &self.totals(), total)?;
         write!(f, "rows written: {}", self.totals().written())
     }
 }

@@ -31,7 +31,9 @@ impl MemoryStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Record>> {
         // A panic elsewhere cannot leave the map half-written: `apply`
         // validates before it mutates, and each mutation is one map call.
-        self.rows.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.rows
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

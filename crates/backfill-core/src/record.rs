@@ -283,7 +283,10 @@ mod tests {
     fn truncates_to_microseconds() {
         let fine = at() + chrono::Duration::nanoseconds(1_234_567_891);
         let r = Record::new("k", day(), "v", fine).unwrap();
-        assert_eq!(r.updated_at(), at() + chrono::Duration::nanoseconds(1_234_567_000));
+        assert_eq!(
+            r.updated_at(),
+            at() + chrono::Duration::nanoseconds(1_234_567_000)
+        );
     }
 
     #[test]

@@ -152,7 +152,11 @@ mod tests {
             records.rotate_left(rotation);
             let (batch, collapsed) = prepare(day, records, WriteOptions::default()).unwrap();
             assert_eq!(collapsed, 2);
-            let kept: Vec<_> = batch.records().iter().map(|r| (r.key(), r.value())).collect();
+            let kept: Vec<_> = batch
+                .records()
+                .iter()
+                .map(|r| (r.key(), r.value()))
+                .collect();
             assert_eq!(kept, [("j", "x"), ("k", "c")]);
         }
     }

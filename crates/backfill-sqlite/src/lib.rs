@@ -234,7 +234,8 @@ impl Store for SqliteStore {
     }
 
     async fn rows(&self) -> Result<Vec<Record>> {
-        self.with_conn(|conn, sql| query_rows(conn, &sql.all, [])).await
+        self.with_conn(|conn, sql| query_rows(conn, &sql.all, []))
+            .await
     }
 
     async fn day_rows(&self, day: NaiveDate) -> Result<Vec<Record>> {
@@ -273,8 +274,9 @@ fn apply_batch(conn: &mut Connection, sql: &Statements, batch: &Batch) -> Result
                 })
                 .optional()
                 .map_err(backend)?;
-            let written =
-                upsert.execute(params![record.key(), date, record.value(), instant]).map_err(backend)?;
+            let written = upsert
+                .execute(params![record.key(), date, record.value(), instant])
+                .map_err(backend)?;
             let expect_write = match &before {
                 None => {
                     counts.inserted += 1;
@@ -467,7 +469,10 @@ mod tests {
         let late = NaiveDate::from_ymd_opt(1000, 1, 1).unwrap();
         assert_eq!(format_date(early), "0999-12-31");
         assert!(format_date(early) < format_date(late));
-        let a = early.and_hms_micro_opt(23, 59, 59, 999_999).unwrap().and_utc();
+        let a = early
+            .and_hms_micro_opt(23, 59, 59, 999_999)
+            .unwrap()
+            .and_utc();
         let b = late.and_hms_opt(0, 0, 0).unwrap().and_utc();
         assert_eq!(format_instant(a), "0999-12-31T23:59:59.999999Z");
         assert_eq!(format_instant(b).len(), 27);

@@ -27,7 +27,9 @@ struct FileStore {
 impl FileStore {
     async fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path().join("records.db")).await.unwrap();
+        let store = SqliteStore::open(dir.path().join("records.db"))
+            .await
+            .unwrap();
         Self { store, _dir: dir }
     }
 }

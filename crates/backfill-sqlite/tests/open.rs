@@ -7,16 +7,33 @@ use chrono::{NaiveDate, TimeZone, Utc};
 
 fn record(key: &str) -> Record {
     let day = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
-    Record::new(key, day, "v", Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()).unwrap()
+    Record::new(
+        key,
+        day,
+        "v",
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(),
+    )
+    .unwrap()
 }
 
 #[tokio::test]
 async fn invalid_table_names_are_rejected_before_touching_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.sqlite");
-    for name in ["", "1st", "a-b", "records; DROP TABLE x", "\"quoted\"", "tä", "a b"] {
+    for name in [
+        "",
+        "1st",
+        "a-b",
+        "records; DROP TABLE x",
+        "\"quoted\"",
+        "tä",
+        "a b",
+    ] {
         match SqliteStore::builder(&path).table(name).open().await {
-            Err(Error::InvalidName { what: "table", name: got }) => assert_eq!(got, name),
+            Err(Error::InvalidName {
+                what: "table",
+                name: got,
+            }) => assert_eq!(got, name),
             other => panic!("{name:?}: expected InvalidName, got {other:?}"),
         }
     }
@@ -28,7 +45,9 @@ async fn missing_directory_is_an_open_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("no-such-dir").join("db.sqlite");
     match SqliteStore::open(&path).await {
-        Err(Error::Open { backend: "sqlite", .. }) => {}
+        Err(Error::Open {
+            backend: "sqlite", ..
+        }) => {}
         other => panic!("expected Open error, got {other:?}"),
     }
     assert!(!dir.path().join("no-such-dir").exists());
@@ -41,7 +60,9 @@ async fn a_file_that_is_not_a_database_is_an_open_error_and_left_alone() {
     let text = "these are not the pages you are looking for\n".repeat(200);
     std::fs::write(&path, &text).unwrap();
     match SqliteStore::open(&path).await {
-        Err(Error::Open { backend: "sqlite", .. }) => {}
+        Err(Error::Open {
+            backend: "sqlite", ..
+        }) => {}
         other => panic!("expected Open error, got {other:?}"),
     }
     assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
@@ -54,12 +75,20 @@ async fn reopening_keeps_rows_and_tables_are_independent() {
     let day = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
     {
         let store = SqliteStore::open(&path).await.unwrap();
-        upsert(&store, day, vec![record("a")], WriteOptions::default()).await.unwrap();
+        upsert(&store, day, vec![record("a")], WriteOptions::default())
+            .await
+            .unwrap();
     }
     let again = SqliteStore::open(&path).await.unwrap();
     assert_eq!(again.rows().await.unwrap(), vec![record("a")]);
-    let other = SqliteStore::builder(&path).table("other").open().await.unwrap();
+    let other = SqliteStore::builder(&path)
+        .table("other")
+        .open()
+        .await
+        .unwrap();
     assert!(other.rows().await.unwrap().is_empty());
-    let c = upsert(&again, day, vec![record("a")], WriteOptions::default()).await.unwrap();
+    let c = upsert(&again, day, vec![record("a")], WriteOptions::default())
+        .await
+        .unwrap();
     assert_eq!(c.written(), 0);
 }
