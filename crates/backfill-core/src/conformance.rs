@@ -46,10 +46,24 @@ use crate::{Job, MemoryStore};
 /// async fn make_store() -> MyStore { MyStore::open_in_memory().await.unwrap() }
 /// backfill_core::conformance_tests!(make_store());
 /// ```
+///
+/// For a store that needs a service, `optional:` takes a future of
+/// `Option<store>`; `None` ends each test early (print why, and fail instead
+/// when the service is required, e.g. in CI):
+///
+/// ```ignore
+/// backfill_core::conformance_tests!(optional: test_postgres_store());
+/// ```
 #[macro_export]
 macro_rules! conformance_tests {
+    (optional: $make:expr) => {
+        $crate::conformance_tests!(@list optional $make);
+    };
     ($make:expr) => {
-        $crate::conformance_tests!(@cases $make;
+        $crate::conformance_tests!(@list required $make);
+    };
+    (@list $mode:ident $make:expr) => {
+        $crate::conformance_tests!(@cases $mode $make;
             insert_into_empty,
             newer_version_wins,
             stale_version_is_skipped,
@@ -79,17 +93,27 @@ macro_rules! conformance_tests {
             longest_key_and_large_value,
         );
     };
-    (@cases $make:expr; $($case:ident),* $(,)?) => {
+    (@cases $mode:ident $make:expr; $($case:ident),* $(,)?) => {
         mod conformance {
             #[allow(unused_imports)]
             use super::*;
             $(
                 #[$crate::__tokio::test(flavor = "multi_thread", worker_threads = 2, crate = "backfill_core::__tokio")]
                 async fn $case() {
-                    let store = $make.await;
+                    let store = $crate::conformance_tests!(@make $mode $make);
                     $crate::conformance::$case(&store).await;
                 }
             )*
+        }
+    };
+    (@make required $make:expr) => {
+        $make.await
+    };
+    (@make optional $make:expr) => {
+        match $make.await {
+            Some(store) => store,
+            // The factory printed why the store is unavailable.
+            None => return,
         }
     };
 }

@@ -1,0 +1,167 @@
+//! The test Postgres, shared by every test of one test binary.
+//!
+//! - `BACKFILL_PG_URL` set: that server is used (each test in its own schema).
+//! - Otherwise a container is started with testcontainers, image
+//!   `BACKFILL_PG_IMAGE:BACKFILL_PG_TAG` (default `backfill/postgres:15`,
+//!   built from this machine's PostgreSQL by `scripts/postgres-image.sh` when
+//!   absent). One container per test binary; a watchdog process removes it
+//!   when the binary exits.
+//! - Neither possible: the tests print why and skip, unless `CI` is set,
+//!   in which case they fail.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use backfill_postgres::PostgresStore;
+use testcontainers_modules::postgres::Postgres;
+use testcontainers_modules::testcontainers::runners::AsyncRunner;
+use testcontainers_modules::testcontainers::ImageExt;
+use tokio::sync::OnceCell;
+
+static SERVER: OnceCell<Option<String>> = OnceCell::const_new();
+static SCHEMAS: AtomicU64 = AtomicU64::new(0);
+
+const DEFAULT_IMAGE: &str = "backfill/postgres";
+const DEFAULT_TAG: &str = "15";
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// The connection string of the test server, or `None` (after printing why)
+/// when there is none and `CI` is not set.
+pub async fn url() -> Option<String> {
+    SERVER.get_or_init(init).await.clone()
+}
+
+async fn init() -> Option<String> {
+    if let Ok(url) = std::env::var("BACKFILL_PG_URL") {
+        return Some(url);
+    }
+    match start_container().await {
+        Ok(url) => Some(url),
+        Err(why) if in_ci() => panic!("CI is set, but no test Postgres is available: {why}"),
+        Err(why) => {
+            eprintln!(
+                "\n*** SKIPPING Postgres tests: {why}.\n*** Start Docker or set BACKFILL_PG_URL to run them.\n"
+            );
+            None
+        }
+    }
+}
+
+/// A store on the test server, in a fresh schema of its own.
+pub async fn store() -> Option<PostgresStore> {
+    let url = url().await?;
+    Some(
+        PostgresStore::builder()
+            .schema(unique_schema())
+            .connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to the test Postgres: {e}")),
+    )
+}
+
+/// A schema name no other test uses.
+pub fn unique_schema() -> String {
+    format!(
+        "test_{}_{}",
+        std::process::id(),
+        SCHEMAS.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn docker(args: &[&str]) -> Result<String, String> {
+    let out = Command::new("docker")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run docker: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "`docker {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn image_script() -> Option<PathBuf> {
+    let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    loop {
+        let script = dir.join("scripts/postgres-image.sh");
+        if script.exists() {
+            return Some(script);
+        }
+        if !dir.pop() {
+            return None;
+        }
+    }
+}
+
+async fn start_container() -> Result<String, String> {
+    docker(&["info", "--format", "{{.ServerVersion}}"])
+        .map_err(|e| format!("Docker is not reachable ({e})"))?;
+    let image = std::env::var("BACKFILL_PG_IMAGE").unwrap_or_else(|_| DEFAULT_IMAGE.into());
+    let tag = std::env::var("BACKFILL_PG_TAG").unwrap_or_else(|_| DEFAULT_TAG.into());
+    let reference = format!("{image}:{tag}");
+    if docker(&["image", "inspect", &reference]).is_err() && image == DEFAULT_IMAGE {
+        let script = image_script().ok_or("scripts/postgres-image.sh not found")?;
+        let status = Command::new("bash")
+            .arg(&script)
+            .arg(&reference)
+            .stdin(Stdio::null())
+            .status()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if !status.success() {
+            return Err(format!(
+                "building {reference} with {} failed",
+                script.display()
+            ));
+        }
+    }
+    let container = Postgres::default()
+        .with_name(image)
+        .with_tag(tag)
+        // Durability is not under test here; speed is welcome.
+        .with_cmd([
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+            "-c",
+            "max_connections=300",
+        ])
+        .start()
+        .await
+        .map_err(|e| format!("starting {reference}: {e}"))?;
+    let host = container.get_host().await.map_err(|e| e.to_string())?;
+    let port = container
+        .get_host_port_ipv4(5432)
+        .await
+        .map_err(|e| e.to_string())?;
+    // The container outlives the runtime of the test that started it, so it
+    // is never dropped here; a watchdog removes it once this process exits.
+    let id = container.id().to_owned();
+    std::mem::forget(container);
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; docker rm -f -v {id} >/dev/null 2>&1",
+            pid = std::process::id()
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the container watchdog: {e}"))?;
+    Ok(format!(
+        "postgres://postgres:postgres@{host}:{port}/postgres"
+    ))
+}
