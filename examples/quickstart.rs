@@ -7,23 +7,12 @@
 //!
 //! Without a path the database is a temporary file, removed at the end.
 
+#[path = "support/demo.rs"]
+mod demo;
+
 use std::path::PathBuf;
 
 use backfill::sqlite::SqliteStore;
-use backfill::{Job, Record, Store};
-use chrono::{Duration, NaiveDate};
-
-/// Stands in for an upstream API: the orders of one day. The same day always
-/// returns the same records, as a well-behaved API does.
-async fn fetch_orders(day: NaiveDate) -> Result<Vec<Record>, backfill::Error> {
-    (0..4)
-        .map(|i| {
-            let updated_at = day.and_hms_opt(9, 0, 0).unwrap().and_utc() + Duration::minutes(i);
-            let value = format!(r#"{{"order":{i},"total_cents":{}}}"#, 1000 + 250 * i);
-            Record::new(format!("order:{day}:{i}"), day, value, updated_at)
-        })
-        .collect()
-}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -36,39 +25,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let store = SqliteStore::open(&path).await?;
     println!("store: SQLite file {}\n", path.display());
-
-    let job = Job::new(); // UTC, merge mode, strict event dates
-    let today = job.today();
-    let days = today - Duration::days(5)..=today - Duration::days(1);
-
-    println!("1) backfill {} ..= {}", days.start(), days.end());
-    let first = job.backfill(&store, &fetch_orders, days.clone()).await?;
-    println!("{first}\n");
-    let rows_after_first = store.rows().await?.len();
-
-    println!("2) the same backfill again");
-    let rerun = job.backfill(&store, &fetch_orders, days).await?;
-    println!("{rerun}\n");
-    let rows_after_rerun = store.rows().await?.len();
-
-    println!("3) the daily sync for today ({today})");
-    let daily = job.sync_one_day(&store, &fetch_orders, None).await?;
-    let c = daily.counts;
-    println!(
-        "{today}: inserted {}, updated {}, unchanged {}, stale {}\n",
-        c.inserted, c.updated, c.unchanged, c.stale
-    );
-
-    println!(
-        "re-run wrote {} rows; rows after first run: {rows_after_first}, after re-run: {rows_after_rerun}, after today's sync: {}",
-        rerun.totals().written(),
-        store.rows().await?.len()
-    );
-    assert_eq!(rerun.totals().written(), 0, "a re-run must write nothing");
-    assert_eq!(
-        rows_after_first, rows_after_rerun,
-        "a re-run must not add rows"
-    );
+    let result = demo::run(&store).await;
 
     drop(store);
     if temporary {
@@ -78,5 +35,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let _ = std::fs::remove_file(file);
         }
     }
-    Ok(())
+    result
 }

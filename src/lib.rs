@@ -2,7 +2,7 @@
 //! and its backfill.
 //!
 //! This facade re-exports [`backfill_core`] and, behind features, the stores:
-//! `sqlite` (default) as [`sqlite`]. See the
+//! `sqlite` (default) as `sqlite`, `postgres` as `postgres`. See the
 //! [README](https://github.com/backfill-rs/backfill#readme) for the pattern
 //! and its guarantees.
 //!
@@ -34,4 +34,10 @@ pub use backfill_core::*;
 #[cfg(feature = "sqlite")]
 pub mod sqlite {
     pub use backfill_sqlite::*;
+}
+
+/// The Postgres store ([`backfill_postgres`]).
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    pub use backfill_postgres::*;
 }
