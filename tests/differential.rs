@@ -48,7 +48,9 @@ async fn apply_all(store: &dyn Store, batches: &[(NaiveDate, Vec<Record>)], orde
 #[test]
 fn stores_agree_byte_for_byte() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let Some(url) = rt.block_on(support::url()) else { return };
+    let Some(url) = rt.block_on(support::url()) else {
+        return;
+    };
     let strategy = (
         vec((0..6usize, 0..3i64, 0..6usize, 0..3i64, 0..4usize), 1..40),
         vec(0..16usize, 4..12),
@@ -63,7 +65,8 @@ fn stores_agree_byte_for_byte() {
         .run(&strategy, |(versions, order_m, order_s, order_p)| {
             let batches = build(&versions);
             // Every batch at least once, then the random extras.
-            let with_all = |extra: &[usize]| (0..4).chain(extra.iter().copied()).collect::<Vec<_>>();
+            let with_all =
+                |extra: &[usize]| (0..4).chain(extra.iter().copied()).collect::<Vec<_>>();
             let (memory, sqlite, postgres) = rt.block_on(async {
                 let memory = MemoryStore::new();
                 let sqlite = SqliteStore::open_in_memory().await.unwrap();

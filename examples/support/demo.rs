@@ -46,6 +46,9 @@ pub(crate) async fn run(store: &dyn Store) -> Result<(), Box<dyn std::error::Err
         store.rows().await?.len()
     );
     assert_eq!(rerun.totals().written(), 0, "a re-run must write nothing");
-    assert_eq!(rows_after_first, rows_after_rerun, "a re-run must not add rows");
+    assert_eq!(
+        rows_after_first, rows_after_rerun,
+        "a re-run must not add rows"
+    );
     Ok(())
 }

@@ -38,6 +38,7 @@
 //! ```
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::fmt;
 use std::sync::Arc;
@@ -152,13 +153,46 @@ impl PostgresStoreBuilder {
     /// As [`PostgresStoreBuilder::connect`].
     pub async fn connect_with(self, config: Config) -> Result<PostgresStore> {
         self.check_names()?;
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager = Manager::from_config(config, NoTls, manager_config());
+        self.pool_from(manager).await
+    }
+
+    /// Connects over TLS (rustls, verified against the system's root
+    /// certificates). The connection string's `sslmode` applies: `require`
+    /// refuses a server without TLS, `prefer` (the default) falls back to
+    /// plain text. For a private CA or client certificates, build your own
+    /// pool and pass it to [`PostgresStoreBuilder::pool`].
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStoreBuilder::connect`]; also [`Error::Open`] when no
+    /// system root certificate can be loaded.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub async fn connect_tls(self, url: &str) -> Result<PostgresStore> {
+        self.check_names()?;
+        let config: Config = url.parse().map_err(|e| Error::open(BACKEND, e))?;
+        let mut roots = rustls::RootCertStore::empty();
+        let found = rustls_native_certs::load_native_certs();
+        let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+        if added == 0 {
+            return Err(Error::open(
+                BACKEND,
+                "no usable root certificate found on this system",
+            ));
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::open(BACKEND, e))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
+        let manager = Manager::from_config(config, connector, manager_config());
+        self.pool_from(manager).await
+    }
+
+    async fn pool_from(self, manager: Manager) -> Result<PostgresStore> {
         let pool = Pool::builder(manager)
             .max_size(self.pool_size)
             .build()
@@ -418,6 +452,12 @@ DELETE FROM {t} WHERE key IN (
 )"#
             ),
         }
+    }
+}
+
+fn manager_config() -> ManagerConfig {
+    ManagerConfig {
+        recycling_method: RecyclingMethod::Fast,
     }
 }
 

@@ -52,18 +52,26 @@ async fn invalid_names_are_rejected_before_connecting() {
 async fn unreachable_server_is_an_open_error() {
     let url = "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2";
     match PostgresStore::connect(url).await {
-        Err(Error::Open { backend: "postgres", .. }) => {}
+        Err(Error::Open {
+            backend: "postgres",
+            ..
+        }) => {}
         other => panic!("expected Open, got {other:?}"),
     }
     match PostgresStore::connect("definitely not a connection string").await {
-        Err(Error::Open { backend: "postgres", .. }) => {}
+        Err(Error::Open {
+            backend: "postgres",
+            ..
+        }) => {}
         other => panic!("expected Open, got {other:?}"),
     }
 }
 
 #[tokio::test]
 async fn wrong_password_is_an_open_error_and_never_shown() {
-    let Some(url) = support::url().await else { return };
+    let Some(url) = support::url().await else {
+        return;
+    };
     let mut config: Config = url.parse().unwrap();
     let secret = "not-the-password-0xC0FFEE";
     config.password(secret);
@@ -82,13 +90,21 @@ async fn wrong_password_is_an_open_error_and_never_shown() {
         .connect_with(config.clone())
         .await;
     match &result {
-        Err(e @ Error::Open { backend: "postgres", .. }) => {
+        Err(
+            e @ Error::Open {
+                backend: "postgres",
+                ..
+            },
+        ) => {
             assert!(!e.to_string().contains(secret), "{e}");
             assert!(!format!("{e:?}").contains(secret), "{e:?}");
         }
         other => panic!("expected Open, got {other:?}"),
     }
-    assert!(!format!("{config:?}").contains(secret), "tokio-postgres redacts passwords");
+    assert!(
+        !format!("{config:?}").contains(secret),
+        "tokio-postgres redacts passwords"
+    );
     // And a store's own Debug output shows no connection details at all.
     let store = support::store().await.unwrap();
     let shown = format!("{store:?}");
@@ -97,7 +113,9 @@ async fn wrong_password_is_an_open_error_and_never_shown() {
 
 #[tokio::test]
 async fn nul_characters_never_reach_the_server() {
-    let Some(store) = support::store().await else { return };
+    let Some(store) = support::store().await else {
+        return;
+    };
     match Record::new("pg/nul", day(), "a\0b", Utc::now()) {
         Err(Error::InvalidRecord { .. }) => {}
         other => panic!("expected InvalidRecord, got {other:?}"),
@@ -109,8 +127,14 @@ async fn nul_characters_never_reach_the_server() {
 /// store's table, after flushing this backend's pending statistics.
 async fn tuple_stats(store: &PostgresStore) -> (i64, i64, i64) {
     let client = store.pool().get().await.unwrap();
-    client.execute("SELECT pg_stat_force_next_flush()", &[]).await.unwrap();
-    client.execute("SELECT pg_stat_clear_snapshot()", &[]).await.unwrap();
+    client
+        .execute("SELECT pg_stat_force_next_flush()", &[])
+        .await
+        .unwrap();
+    client
+        .execute("SELECT pg_stat_clear_snapshot()", &[])
+        .await
+        .unwrap();
     let row = client
         .query_one(
             "SELECT n_tup_ins, n_tup_upd + n_tup_del, n_tup_hot_upd FROM pg_stat_user_tables \
@@ -148,7 +172,9 @@ async fn first_xmin(store: &PostgresStore) -> String {
 
 #[tokio::test]
 async fn identical_reapply_writes_no_tuple() {
-    let Some(url) = support::url().await else { return };
+    let Some(url) = support::url().await else {
+        return;
+    };
     // One connection, so every write and the statistics flush share a backend.
     let store = PostgresStore::builder()
         .schema(support::unique_schema())
@@ -157,14 +183,18 @@ async fn identical_reapply_writes_no_tuple() {
         .await
         .unwrap();
     let day_rows = records(10_000, 0);
-    let c = upsert(&store, day(), day_rows.clone(), WriteOptions::default()).await.unwrap();
+    let c = upsert(&store, day(), day_rows.clone(), WriteOptions::default())
+        .await
+        .unwrap();
     assert_eq!(c.inserted, 10_000);
     let before = stats_after(&store, 10_000).await;
     let xmin = first_xmin(&store).await;
     assert_eq!(before, (10_000, 0, 0));
 
     for _ in 0..2 {
-        let c = upsert(&store, day(), day_rows.clone(), WriteOptions::default()).await.unwrap();
+        let c = upsert(&store, day(), day_rows.clone(), WriteOptions::default())
+            .await
+            .unwrap();
         assert_eq!((c.unchanged, c.written()), (10_000, 0));
     }
     // Not even a row lock: a locked (or rewritten) row would carry our xid.
@@ -181,20 +211,35 @@ async fn identical_reapply_writes_no_tuple() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(touched, 0, "re-applied rows must keep their tuple untouched");
+    assert_eq!(
+        touched, 0,
+        "re-applied rows must keep their tuple untouched"
+    );
     drop(client);
     // A stale re-delivery writes nothing either.
     let stale: Vec<_> = day_rows
         .iter()
-        .map(|r| Record::new(r.key(), r.event_date(), "older", r.updated_at() - Duration::seconds(1)).unwrap())
+        .map(|r| {
+            Record::new(
+                r.key(),
+                r.event_date(),
+                "older",
+                r.updated_at() - Duration::seconds(1),
+            )
+            .unwrap()
+        })
         .collect();
-    let c = upsert(&store, day(), stale, WriteOptions::default()).await.unwrap();
+    let c = upsert(&store, day(), stale, WriteOptions::default())
+        .await
+        .unwrap();
     assert_eq!((c.stale, c.written()), (10_000, 0));
 
     // One canary insert from the same backend: once it shows, anything the
     // re-runs had written would show too.
     let canary = Record::new("pg/canary", day(), "{}", Utc::now()).unwrap();
-    upsert(&store, day(), vec![canary], WriteOptions::default()).await.unwrap();
+    upsert(&store, day(), vec![canary], WriteOptions::default())
+        .await
+        .unwrap();
     let after = stats_after(&store, 10_001).await;
     assert_eq!(
         after,
@@ -205,7 +250,9 @@ async fn identical_reapply_writes_no_tuple() {
 
 #[tokio::test]
 async fn a_day_larger_than_one_chunk_is_atomic_and_exact() {
-    let Some(url) = support::url().await else { return };
+    let Some(url) = support::url().await else {
+        return;
+    };
     let store = PostgresStore::builder()
         .schema(support::unique_schema())
         .chunk_rows(1_000)
@@ -213,7 +260,9 @@ async fn a_day_larger_than_one_chunk_is_atomic_and_exact() {
         .await
         .unwrap();
     let first = records(3_500, 0);
-    let c = upsert(&store, day(), first.clone(), WriteOptions::default()).await.unwrap();
+    let c = upsert(&store, day(), first.clone(), WriteOptions::default())
+        .await
+        .unwrap();
     assert_eq!(c.inserted, 3_500);
     // Half newer, half identical, across four chunks.
     let mixed: Vec<_> = records(3_500, 1)
@@ -222,21 +271,70 @@ async fn a_day_larger_than_one_chunk_is_atomic_and_exact() {
         .enumerate()
         .map(|(i, (newer, same))| if i % 2 == 0 { newer } else { same })
         .collect();
-    let c = upsert(&store, day(), mixed.clone(), WriteOptions::default()).await.unwrap();
+    let c = upsert(&store, day(), mixed.clone(), WriteOptions::default())
+        .await
+        .unwrap();
     assert_eq!((c.updated, c.unchanged), (1_750, 1_750));
     assert_eq!(store.rows().await.unwrap(), mixed);
 }
 
 #[tokio::test]
 async fn tables_and_schemas_are_created_once_and_reused() {
-    let Some(url) = support::url().await else { return };
+    let Some(url) = support::url().await else {
+        return;
+    };
     let schema = support::unique_schema();
-    let open = || PostgresStore::builder().schema(schema.clone()).table("events").connect(&url);
+    let open = || {
+        PostgresStore::builder()
+            .schema(schema.clone())
+            .table("events")
+            .connect(&url)
+    };
     // Concurrent first opens must not race on CREATE … IF NOT EXISTS.
     let (a, b, c) = tokio::join!(open(), open(), open());
     let (a, b, _c) = (a.unwrap(), b.unwrap(), c.unwrap());
-    upsert(&a, day(), records(3, 0), WriteOptions::default()).await.unwrap();
+    upsert(&a, day(), records(3, 0), WriteOptions::default())
+        .await
+        .unwrap();
     assert_eq!(b.rows().await.unwrap(), records(3, 0));
-    let other = PostgresStore::builder().schema(schema).table("other").connect(&url).await.unwrap();
+    let other = PostgresStore::builder()
+        .schema(schema)
+        .table("other")
+        .connect(&url)
+        .await
+        .unwrap();
     assert!(other.rows().await.unwrap().is_empty());
+}
+
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn tls_respects_sslmode() {
+    let Some(url) = support::url().await else {
+        return;
+    };
+    let separator = if url.contains('?') { '&' } else { '?' };
+    // The test server speaks no TLS: `require` must refuse it...
+    let required = format!("{url}{separator}sslmode=require");
+    match PostgresStore::builder()
+        .schema(support::unique_schema())
+        .connect_tls(&required)
+        .await
+    {
+        Err(Error::Open {
+            backend: "postgres",
+            ..
+        }) => {}
+        other => panic!("sslmode=require against a plain server: expected Open, got {other:?}"),
+    }
+    // ...and `prefer` falls back to plain text.
+    let preferred = format!("{url}{separator}sslmode=prefer");
+    let store = PostgresStore::builder()
+        .schema(support::unique_schema())
+        .connect_tls(&preferred)
+        .await
+        .unwrap();
+    upsert(&store, day(), records(2, 0), WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(store.rows().await.unwrap().len(), 2);
 }
