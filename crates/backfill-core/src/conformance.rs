@@ -30,7 +30,7 @@ use crate::error::{Error, Field, Problem};
 use crate::record::{Record, MAX_KEY_BYTES};
 use crate::store::{Batch, Counts, Mode, Store};
 use crate::write::{upsert, EventDates, WriteOptions};
-use crate::{Job, MemoryStore};
+use crate::{Error as BackfillErrorKind, Job, MemoryStore, Retry, Transient};
 
 /// Expands to one `#[tokio::test]` per conformance case, inside a module
 /// named `conformance`, so `cargo test conformance` runs exactly the suite
@@ -91,6 +91,13 @@ macro_rules! conformance_tests {
             inverted_range_is_an_error,
             failed_fetch_fails_only_its_day,
             longest_key_and_large_value,
+            concurrency_matches_sequential,
+            transient_failure_is_retried,
+            permanent_failure_is_listed_and_the_rest_written,
+            dry_run_touches_nothing,
+            cancelled_backfill_leaves_whole_days,
+            panicking_fetch_fails_only_its_day,
+            hung_fetch_times_out,
         );
     };
     (@cases $mode:ident $make:expr; $($case:ident),* $(,)?) => {
@@ -1022,6 +1029,332 @@ pub async fn longest_key_and_large_value(store: &dyn Store) {
         }) => {}
         other => panic!("a 513-byte key must be rejected, got {other:?}"),
     }
+}
+
+// --------------------------------------------------------- the engine
+
+/// A job that retries quickly, for tests.
+fn quick_job() -> Job {
+    Job::new().retry(Retry::default().attempts(3).backoff(
+        std::time::Duration::from_millis(1),
+        std::time::Duration::from_millis(5),
+    ))
+}
+
+/// `per_day` records per day under `prefix`.
+fn day_records(prefix: &str, d: NaiveDate, per_day: usize) -> Vec<Record> {
+    (0..per_day)
+        .map(|i| {
+            rec(
+                &format!("{prefix}{d}/{i:03}"),
+                d,
+                &format!("{{\"i\":{i}}}"),
+                at(i as i64),
+            )
+        })
+        .collect()
+}
+
+/// Outcome of one day in [`concurrency_matches_sequential`]'s scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DayFate {
+    Ok,
+    FailsOnce,
+    FailsAlways,
+}
+
+async fn run_fated(
+    store: &dyn Store,
+    prefix: &str,
+    first: i64,
+    fates: &[(DayFate, usize)],
+    concurrency: usize,
+) -> (Vec<(String, Record)>, Vec<NaiveDate>) {
+    let attempts: std::sync::Mutex<std::collections::HashMap<NaiveDate, u32>> = Default::default();
+    let fetch = |d: NaiveDate| {
+        let index = (d - day(first)).num_days() as usize;
+        let (fate, per_day) = fates[index];
+        let attempt = {
+            let mut seen = attempts.lock().unwrap();
+            let n = seen.entry(d).or_insert(0);
+            *n += 1;
+            *n
+        };
+        let records = day_records(prefix, d, per_day);
+        async move {
+            // Yield so concurrent days interleave.
+            tokio::task::yield_now().await;
+            match fate {
+                DayFate::FailsOnce if attempt == 1 => Err(Transient::new("503").into()),
+                DayFate::FailsAlways => Err(BoxErrorOf::from("upstream bug")),
+                _ => Ok(records),
+            }
+        }
+    };
+    let last = first + fates.len() as i64 - 1;
+    let failed = match quick_job()
+        .concurrency(concurrency)
+        .backfill(store, &fetch, day(first)..=day(last))
+        .await
+    {
+        Ok(_) => Vec::new(),
+        Err(BackfillErrorKind::Backfill(e)) => e.failed.iter().map(|(d, _)| *d).collect(),
+        Err(other) => panic!("unexpected error: {other}"),
+    };
+    let rows = rows_under(store, prefix)
+        .await
+        .into_iter()
+        .map(|r| (r.key()[prefix.len()..].to_owned(), r))
+        .map(|(suffix, r)| {
+            let plain =
+                Record::new(suffix.clone(), r.event_date(), r.value(), r.updated_at()).unwrap();
+            (suffix, plain)
+        })
+        .collect();
+    (rows, failed)
+}
+
+type BoxErrorOf = crate::BoxError;
+
+/// Property: a backfill at concurrency 8 ends byte-identical to the same
+/// backfill at concurrency 1, over random ranges with days that fail once
+/// (retried) or always (reported), and both report the same failed days.
+pub async fn concurrency_matches_sequential(store: &dyn Store) {
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+    static RUN: AtomicUsize = AtomicUsize::new(0);
+    let fate = prop_oneof![
+        6 => Just(DayFate::Ok),
+        2 => Just(DayFate::FailsOnce),
+        1 => Just(DayFate::FailsAlways),
+    ];
+    let strategy = (0..30i64, vec((fate, 0..20usize), 1..20));
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]);
+    let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+    for _ in 0..12 {
+        let (first, fates) = strategy.new_tree(&mut runner).unwrap().current();
+        let n = RUN.fetch_add(1, Ordering::Relaxed);
+        let one = run_fated(store, &format!("conc1/{n}/"), 200 + first, &fates, 1).await;
+        let eight = run_fated(store, &format!("conc8/{n}/"), 200 + first, &fates, 8).await;
+        let expected_failed: Vec<_> = fates
+            .iter()
+            .enumerate()
+            .filter(|(_, (f, _))| *f == DayFate::FailsAlways)
+            .map(|(i, _)| day(200 + first + i as i64))
+            .collect();
+        assert_eq!(
+            one.1, expected_failed,
+            "failed days at concurrency 1 for {fates:?}"
+        );
+        assert_eq!(
+            eight.1, expected_failed,
+            "failed days at concurrency 8 for {fates:?}"
+        );
+        assert_eq!(
+            one.0, eight.0,
+            "rows differ between concurrency 1 and 8 for {fates:?}"
+        );
+    }
+}
+
+/// A fetch that fails transiently twice succeeds on the third attempt, and
+/// the report says 3 attempts.
+pub async fn transient_failure_is_retried(store: &dyn Store) {
+    let calls = AtomicUsize::new(0);
+    let fetch = |d: NaiveDate| {
+        let n = calls.fetch_add(1, Ordering::SeqCst);
+        let result = if n < 2 {
+            Err(Transient::new(format!("503 on try {}", n + 1)))
+        } else {
+            Ok(day_records("retry/", d, 5))
+        };
+        std::future::ready(result)
+    };
+    let report = quick_job()
+        .sync_one_day(store, &fetch, Some(day(300)))
+        .await
+        .unwrap();
+    assert_eq!((report.attempts, report.counts.inserted), (3, 5));
+    // A fetch error not marked transient is not retried.
+    let plain =
+        |_: NaiveDate| std::future::ready(Err::<Vec<Record>, _>(std::io::Error::other("bug")));
+    let calls_before = calls.load(Ordering::SeqCst);
+    match quick_job()
+        .sync_one_day(store, &plain, Some(day(301)))
+        .await
+    {
+        Err(BackfillErrorKind::Fetch { .. }) => {}
+        other => panic!("expected Fetch, got {other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), calls_before);
+    // Retries give up after the policy's attempts.
+    let always = AtomicUsize::new(0);
+    let flaky = |_: NaiveDate| {
+        always.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(Err::<Vec<Record>, _>(Transient::new("503")))
+    };
+    let result = quick_job()
+        .sync_one_day(store, &flaky, Some(day(302)))
+        .await;
+    assert!(
+        matches!(result, Err(BackfillErrorKind::Fetch { .. })),
+        "{result:?}"
+    );
+    assert_eq!(always.load(Ordering::SeqCst), 3);
+}
+
+/// A day that keeps failing is listed in the error, with its cause, while
+/// every other day of a concurrent backfill is written.
+pub async fn permanent_failure_is_listed_and_the_rest_written(store: &dyn Store) {
+    let fetch = |d: NaiveDate| {
+        let result = if d == day(312) || d == day(315) {
+            Err(std::io::Error::other("schema changed upstream"))
+        } else {
+            Ok(day_records("permanent/", d, 3))
+        };
+        std::future::ready(result)
+    };
+    let job = quick_job().concurrency(4);
+    match job.backfill(store, &fetch, day(310)..=day(317)).await {
+        Err(BackfillErrorKind::Backfill(e)) => {
+            let failed: Vec<_> = e.failed.iter().map(|(d, _)| *d).collect();
+            assert_eq!(failed, [day(312), day(315)]);
+            assert!(e
+                .failed
+                .iter()
+                .all(|(_, err)| matches!(err, BackfillErrorKind::Fetch { .. })));
+            assert_eq!(e.report.days.len(), 6);
+            let days: Vec<_> = e.report.days.iter().map(|r| r.day).collect();
+            let mut sorted = days.clone();
+            sorted.sort();
+            assert_eq!(days, sorted, "reports come in day order");
+        }
+        other => panic!("expected Backfill error, got {other:?}"),
+    }
+    for d in 310..=317 {
+        let expected = if d == 312 || d == 315 { 0 } else { 3 };
+        assert_eq!(
+            store.day_rows(day(d)).await.unwrap().len(),
+            expected,
+            "day {d}"
+        );
+    }
+}
+
+/// A dry run returns the plan without fetching or writing.
+pub async fn dry_run_touches_nothing(store: &dyn Store) {
+    let calls = AtomicUsize::new(0);
+    let fetch = |d: NaiveDate| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(Ok::<_, std::io::Error>(day_records("dry/", d, 2)))
+    };
+    let before = rows(store).await;
+    let report = quick_job()
+        .dry_run(true)
+        .concurrency(4)
+        .backfill(store, &fetch, day(320)..=day(324))
+        .await
+        .unwrap();
+    assert!(report.dry_run);
+    assert_eq!(report.planned, (320..=324).map(day).collect::<Vec<_>>());
+    assert!(report.days.is_empty());
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(rows(store).await, before);
+}
+
+/// Dropping a running backfill starts no new day, and leaves every day
+/// either complete or absent.
+pub async fn cancelled_backfill_leaves_whole_days(store: &dyn Store) {
+    let started = AtomicUsize::new(0);
+    let fetch = |d: NaiveDate| {
+        started.fetch_add(1, Ordering::SeqCst);
+        // Two hung days fill both slots of the concurrency-2 run.
+        let hang = d == day(333) || d == day(334);
+        async move {
+            if hang {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            Ok::<_, std::io::Error>(day_records("cancel/", d, 50))
+        }
+    };
+    let job = quick_job().concurrency(2);
+    let run = job.backfill(store, &fetch, day(330)..=day(349));
+    let cut = tokio::time::timeout(std::time::Duration::from_millis(300), run).await;
+    assert!(
+        cut.is_err(),
+        "the backfill should still be waiting on the hung day"
+    );
+    let launched = started.load(Ordering::SeqCst);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        launched,
+        "no day may start after the drop"
+    );
+    assert_eq!(
+        launched, 5,
+        "only the days up to the two hung ones may have started"
+    );
+    for d in 330..=349 {
+        let n = store.day_rows(day(d)).await.unwrap().len();
+        assert!(
+            n == 0 || n == 50,
+            "day {d} holds {n} rows: partially written"
+        );
+    }
+    assert_eq!(store.day_rows(day(333)).await.unwrap().len(), 0);
+    assert_eq!(store.day_rows(day(332)).await.unwrap().len(), 50);
+}
+
+/// A fetch that panics fails its own day with `Panicked`; the store and the
+/// other days are unaffected.
+pub async fn panicking_fetch_fails_only_its_day(store: &dyn Store) {
+    let fetch = |d: NaiveDate| {
+        assert!(d != day(341), "upstream client bug on {d}");
+        std::future::ready(Ok::<_, std::io::Error>(day_records("panic/", d, 4)))
+    };
+    let fetch = move |d: NaiveDate| async move { fetch(d).await };
+    match quick_job()
+        .concurrency(2)
+        .backfill(store, &fetch, day(340)..=day(342))
+        .await
+    {
+        Err(BackfillErrorKind::Backfill(e)) => {
+            assert_eq!(e.failed.len(), 1);
+            assert!(
+                matches!(&e.failed[0], (d, BackfillErrorKind::Panicked { message, .. })
+                if *d == day(341) && message.contains("upstream client bug"))
+            );
+        }
+        other => panic!("expected Backfill error, got {other:?}"),
+    }
+    assert_eq!(rows_under(store, "panic/").await.len(), 8);
+    let c = apply(store, day(341), day_records("panic/", day(341), 4)).await;
+    assert_eq!(c.inserted, 4, "the store still works after the panic");
+}
+
+/// A fetch that never returns fails its day with `Timeout` under the job's
+/// per-day timeout (retried like any transient failure).
+pub async fn hung_fetch_times_out(store: &dyn Store) {
+    let calls = AtomicUsize::new(0);
+    let fetch = |_: NaiveDate| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        std::future::pending::<Result<Vec<Record>, std::io::Error>>()
+    };
+    let job = quick_job()
+        .retry(
+            Retry::default()
+                .attempts(2)
+                .backoff(std::time::Duration::ZERO, std::time::Duration::ZERO),
+        )
+        .day_timeout(std::time::Duration::from_millis(50));
+    match job.sync_one_day(store, &fetch, Some(day(350))).await {
+        Err(BackfillErrorKind::Timeout { day: d, .. }) => assert_eq!(d, day(350)),
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "a timeout is retried");
+    assert!(store.day_rows(day(350)).await.unwrap().is_empty());
 }
 
 #[cfg(test)]

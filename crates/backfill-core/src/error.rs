@@ -60,13 +60,34 @@ pub enum Error {
         name: String,
     },
 
-    /// The fetch function failed for a day.
+    /// The fetch function failed for a day. Retried only when the fetch
+    /// marked its error [`Transient`].
     #[error("fetching {day} failed: {source}")]
     Fetch {
         /// The day whose fetch failed.
         day: NaiveDate,
         /// The fetch function's own error.
         source: BoxError,
+    },
+
+    /// A day (fetch and write) took longer than the job's per-day timeout.
+    /// A write cut short rolled back whole or committed whole.
+    #[error("syncing {day} timed out after {after:?}")]
+    Timeout {
+        /// The day that timed out.
+        day: NaiveDate,
+        /// The timeout.
+        after: std::time::Duration,
+    },
+
+    /// The fetch function panicked while syncing a day. Nothing of that day
+    /// was written.
+    #[error("syncing {day} panicked: {message}")]
+    Panicked {
+        /// The day whose sync panicked.
+        day: NaiveDate,
+        /// The panic's message, when it had one.
+        message: String,
     },
 
     /// The store could not be opened or connected to (missing directory,
@@ -99,14 +120,17 @@ pub enum Error {
 
 impl Error {
     /// Whether the same operation may succeed if tried again.
+    ///
+    /// True for store errors the driver calls transient (lock contention,
+    /// deadlock, serialization failure, lost connection), for fetch errors
+    /// marked [`Transient`], and for timeouts.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Error::Backend {
-                retryable: true,
-                ..
-            }
-        )
+        match self {
+            Error::Backend { retryable, .. } => *retryable,
+            Error::Fetch { source, .. } => source.is::<Transient>(),
+            Error::Timeout { .. } => true,
+            _ => false,
+        }
     }
 
     /// Wraps a driver error met while reading or writing.
@@ -127,6 +151,45 @@ impl Error {
     }
 }
 
+/// Marks a fetch error as transient (a 503, a timeout, a reset connection),
+/// so the job retries the day under its retry policy.
+///
+/// ```
+/// use backfill_core::{Record, Transient};
+/// use chrono::NaiveDate;
+///
+/// async fn fetch(day: NaiveDate) -> Result<Vec<Record>, Transient> {
+///     Err(Transient::new(format!("upstream returned 503 for {day}")))
+/// }
+/// # let _ = fetch;
+/// ```
+#[derive(Debug)]
+pub struct Transient(BoxError);
+
+impl Transient {
+    /// Wraps `error` as transient.
+    pub fn new(error: impl Into<BoxError>) -> Self {
+        Self(error.into())
+    }
+
+    /// The wrapped error.
+    pub fn into_inner(self) -> BoxError {
+        self.0
+    }
+}
+
+impl fmt::Display for Transient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (transient)", self.0)
+    }
+}
+
+impl std::error::Error for Transient {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
 /// The failed days of a backfill, with the report of the days that
 /// succeeded.
 #[derive(Debug)]
@@ -142,10 +205,18 @@ impl fmt::Display for BackfillError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "backfill failed for {} of {} days:",
+            "backfill failed for {} of {} days",
             self.failed.len(),
-            self.failed.len() + self.report.days.len()
+            self.report.planned.len()
         )?;
+        if !self.report.skipped.is_empty() {
+            write!(
+                f,
+                " ({} not started after the failure)",
+                self.report.skipped.len()
+            )?;
+        }
+        f.write_str(":")?;
         for (day, error) in &self.failed {
             write!(f, "\n  {day}: {error}")?;
         }

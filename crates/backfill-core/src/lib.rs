@@ -65,9 +65,12 @@ mod write;
 #[cfg(any(feature = "conformance", test))]
 pub mod conformance;
 
-pub use error::{BackfillError, BoxError, Error, Field, Problem, Result};
+pub use error::{BackfillError, BoxError, Error, Field, Problem, Result, Transient};
 pub use fetch::Fetch;
-pub use job::{backfill, sync_one_day, Clock, DayReport, FixedClock, Job, RunReport, SystemClock};
+pub use job::{
+    backfill, sync_one_day, Clock, DayReport, Event, FailedDay, FixedClock, Job, Retry, RunReport,
+    SystemClock,
+};
 pub use memory::MemoryStore;
 pub use record::{Record, MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
 pub use store::{check_identifier, Batch, Counts, Mode, Store};

@@ -71,6 +71,11 @@ forward_store!(&S, Box<S>, Arc<S>);
 
 /// How a batch treats the rows of its day that it does not mention.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum Mode {
     /// Keep them: only the batch's own keys are touched (the default).
@@ -133,6 +138,7 @@ impl Batch {
 /// `inserted + updated + unchanged + stale` is the number of records in the
 /// batch after collapsing; `collapsed` counts the duplicates dropped before.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Counts {
     /// Keys that were absent and are now stored.
