@@ -37,12 +37,14 @@
 use std::cmp::Ordering;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use backfill_core::{check_identifier, Batch, Counts, Error, Mode, Record, Result, Store};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use rusqlite::types::Value;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 const BACKEND: &str = "sqlite";
@@ -134,6 +136,7 @@ impl SqliteStoreBuilder {
         }
         .map_err(open_error)?;
         conn.busy_timeout(self.busy_timeout).map_err(open_error)?;
+        rusqlite::vtab::array::load_module(&conn).map_err(open_error)?;
         if self.path.is_some() {
             // The first statement to read the file: a file that is not a
             // database fails here, before anything is written.
@@ -195,6 +198,17 @@ impl SqliteStore {
     /// The table this store keeps its records in.
     pub fn table(&self) -> &str {
         &self.inner.table
+    }
+
+    /// Rows inserted, updated or deleted through this store's connection
+    /// since it was opened (SQLite's `total_changes()`). Identical and
+    /// stale records do not count: a re-run leaves it unchanged.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] if the connection is unusable.
+    pub async fn total_changes(&self) -> Result<u64> {
+        self.with_conn(|conn, _| Ok(conn.total_changes())).await
     }
 
     /// Runs `f` with the connection on the blocking pool.
@@ -314,19 +328,18 @@ fn apply_batch(conn: &mut Connection, sql: &Statements, batch: &Batch) -> Result
         }
     }
     if batch.mode() == Mode::Replace {
-        tx.execute_batch(&sql.keys_reset).map_err(backend)?;
-        {
-            let mut insert_key = tx.prepare_cached(&sql.keys_insert).map_err(backend)?;
-            for record in batch.records() {
-                insert_key.execute([record.key()]).map_err(backend)?;
-            }
-        }
+        // The batch's keys travel as an array bound to one parameter
+        // (SQLite's carray), so replacing a day writes nothing but the
+        // deletions themselves.
+        let keys: Vec<Value> = batch
+            .records()
+            .iter()
+            .map(|r| Value::Text(r.key().to_owned()))
+            .collect();
         counts.deleted = tx
             .prepare_cached(&sql.delete_missing)
-            .and_then(|mut stmt| stmt.execute([format_date(batch.day())]))
+            .and_then(|mut stmt| stmt.execute(params![format_date(batch.day()), Rc::new(keys)]))
             .map_err(backend)? as u64;
-        tx.execute_batch("DELETE FROM temp.backfill_batch_keys")
-            .map_err(backend)?;
     }
     tx.commit().map_err(backend)?;
     Ok(counts)
@@ -340,8 +353,6 @@ struct Statements {
     all: String,
     day: String,
     upsert: String,
-    keys_reset: String,
-    keys_insert: String,
     delete_missing: String,
 }
 
@@ -389,14 +400,8 @@ ON CONFLICT (key) DO UPDATE SET
 WHERE (excluded.updated_at, excluded.value, excluded.event_date)
     > ("{table}".updated_at, "{table}".value, "{table}".event_date)"#
             ),
-            keys_reset: "CREATE TEMP TABLE IF NOT EXISTS backfill_batch_keys \
-                         (key TEXT NOT NULL PRIMARY KEY COLLATE BINARY) STRICT; \
-                         DELETE FROM temp.backfill_batch_keys;"
-                .to_owned(),
-            keys_insert: "INSERT INTO temp.backfill_batch_keys (key) VALUES (?1)".to_owned(),
             delete_missing: format!(
-                r#"DELETE FROM "{table}" WHERE event_date = ?1
-AND key NOT IN (SELECT key FROM temp.backfill_batch_keys)"#
+                r#"DELETE FROM "{table}" WHERE event_date = ?1 AND key NOT IN rarray(?2)"#
             ),
         }
     }

@@ -92,3 +92,50 @@ async fn reopening_keeps_rows_and_tables_are_independent() {
         .unwrap();
     assert_eq!(c.written(), 0);
 }
+
+#[tokio::test]
+async fn reruns_and_stale_redeliveries_change_no_row() {
+    let store = SqliteStore::open_in_memory().await.unwrap();
+    let day = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
+    let at = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+    let batch = |value: &str, secs: i64| -> Vec<Record> {
+        (0..1000)
+            .map(|i| {
+                Record::new(
+                    format!("k{i:04}"),
+                    day,
+                    value,
+                    at + chrono::Duration::seconds(secs),
+                )
+                .unwrap()
+            })
+            .collect()
+    };
+    upsert(&store, day, batch("new", 10), WriteOptions::default())
+        .await
+        .unwrap();
+    let after_first = store.total_changes().await.unwrap();
+    assert_eq!(after_first, 1000);
+    upsert(&store, day, batch("new", 10), WriteOptions::default())
+        .await
+        .unwrap();
+    upsert(&store, day, batch("old", 5), WriteOptions::default())
+        .await
+        .unwrap();
+    let replace = WriteOptions::default().mode(backfill_core::Mode::Replace);
+    let c = upsert(&store, day, batch("new", 10), replace)
+        .await
+        .unwrap();
+    assert_eq!(c.written(), 0);
+    assert_eq!(
+        store.total_changes().await.unwrap(),
+        after_first,
+        "nothing may be written"
+    );
+    // Replacing with 10% of the keys gone changes exactly those rows.
+    let c = upsert(&store, day, batch("new", 10)[..900].to_vec(), replace)
+        .await
+        .unwrap();
+    assert_eq!(c.deleted, 100);
+    assert_eq!(store.total_changes().await.unwrap(), after_first + 100);
+}
