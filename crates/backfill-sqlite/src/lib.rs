@@ -48,8 +48,11 @@ use rusqlite::types::Value;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 const BACKEND: &str = "sqlite";
-const DATE_FORMAT: &str = "%Y-%m-%d";
-const INSTANT_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.6fZ";
+/// How `event_date` is stored: `YYYY-MM-DD` text (a chrono format string).
+pub const DATE_FORMAT: &str = "%Y-%m-%d";
+/// How `updated_at` is stored: `YYYY-MM-DDTHH:MM:SS.ffffffZ` text, fixed
+/// width, so byte order is time order (a chrono format string).
+pub const INSTANT_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.6fZ";
 
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "backfill_records";

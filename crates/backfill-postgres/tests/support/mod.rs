@@ -12,7 +12,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use backfill_postgres::PostgresStore;
 use testcontainers_modules::postgres::Postgres;
@@ -22,6 +22,11 @@ use tokio::sync::OnceCell;
 
 static SERVER: OnceCell<Option<String>> = OnceCell::const_new();
 static SCHEMAS: AtomicU64 = AtomicU64::new(0);
+
+/// Set before the first `url()` to start the container with Postgres'
+/// default durability settings (for measurements) instead of the fast,
+/// non-durable ones tests use.
+pub static DURABLE: AtomicBool = AtomicBool::new(false);
 
 const DEFAULT_IMAGE: &str = "backfill/postgres";
 const DEFAULT_TAG: &str = "15";
@@ -124,20 +129,22 @@ async fn start_container() -> Result<String, String> {
             ));
         }
     }
-    let container = Postgres::default()
-        .with_name(image)
-        .with_tag(tag)
-        // Durability is not under test here; speed is welcome.
-        .with_cmd([
+    let mut args = vec!["-c", "max_connections=300"];
+    if !DURABLE.load(Ordering::SeqCst) {
+        // Durability is not under test; speed is welcome.
+        args.extend([
             "-c",
             "fsync=off",
             "-c",
             "synchronous_commit=off",
             "-c",
             "full_page_writes=off",
-            "-c",
-            "max_connections=300",
-        ])
+        ]);
+    }
+    let container = Postgres::default()
+        .with_name(image)
+        .with_tag(tag)
+        .with_cmd(args)
         .start()
         .await
         .map_err(|e| format!("starting {reference}: {e}"))?;

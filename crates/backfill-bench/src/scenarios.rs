@@ -1,0 +1,450 @@
+//! The scenarios, each measured on one store against a baseline run in the
+//! same process on the same rows.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use backfill_core::{Job, Mode, Record, Retry};
+use chrono::NaiveDate;
+use sha2::{Digest, Sha256};
+
+use crate::stores::{peak_rss, reset_peak_rss, Env, Kind, Target};
+use crate::Measurement;
+
+/// The size of a run.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) days: u32,
+    pub(crate) per_day: u32,
+    pub(crate) concurrency: usize,
+    pub(crate) repeat: u32,
+    pub(crate) quick: bool,
+    parallel_days: u32,
+    parallel_records: u32,
+    parallel_sleep: Duration,
+    scale_days: u32,
+}
+
+impl Settings {
+    pub(crate) fn full() -> Self {
+        Self {
+            days: 30,
+            per_day: 10_000,
+            concurrency: 1,
+            repeat: 3,
+            quick: false,
+            parallel_days: 60,
+            parallel_records: 100,
+            parallel_sleep: Duration::from_millis(50),
+            scale_days: 100,
+        }
+    }
+
+    pub(crate) fn quick() -> Self {
+        Self {
+            days: 5,
+            per_day: 2_000,
+            repeat: 1,
+            quick: true,
+            parallel_days: 24,
+            parallel_sleep: Duration::from_millis(40),
+            scale_days: 20,
+            ..Self::full()
+        }
+    }
+
+    fn rows(&self) -> u64 {
+        u64::from(self.days) * u64::from(self.per_day)
+    }
+}
+
+/// The dataset's first day.
+fn first_day() -> NaiveDate {
+    NaiveDate::from_ymd_opt(2026, 1, 1).unwrap()
+}
+
+fn nth_day(n: u32) -> NaiveDate {
+    first_day() + chrono::Duration::days(i64::from(n))
+}
+
+/// Record `i` of `day`, exactly as the comparisons with other tools use it:
+/// key `event:{date}:{i}`, value the hex SHA-256 of `{date}:{i}`, updated at
+/// midnight UTC plus `i` seconds. `changed` gives the upstream-corrected
+/// version: another value, one hour later.
+fn record(day: NaiveDate, i: u32, changed: bool) -> Record {
+    let seed = if changed {
+        format!("{day}:{i}:changed")
+    } else {
+        format!("{day}:{i}")
+    };
+    let digest = Sha256::digest(seed.as_bytes());
+    let value: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let mut at =
+        day.and_hms_opt(0, 0, 0).unwrap().and_utc() + chrono::Duration::seconds(i64::from(i));
+    if changed {
+        at += chrono::Duration::hours(1);
+    }
+    Record::new(format!("event:{day}:{i}"), day, value, at).expect("valid bench record")
+}
+
+fn day_records(day: NaiveDate, per_day: u32, changed: bool) -> Vec<Record> {
+    (0..per_day).map(|i| record(day, i, changed)).collect()
+}
+
+/// Hands out prepared days, so that fetching costs nothing measurable.
+#[derive(Debug, Default)]
+struct Feed {
+    days: Mutex<HashMap<NaiveDate, Vec<Record>>>,
+    sleep: Option<Duration>,
+}
+
+impl Feed {
+    fn new(days: impl IntoIterator<Item = (NaiveDate, Vec<Record>)>) -> Self {
+        Self {
+            days: Mutex::new(days.into_iter().collect()),
+            sleep: None,
+        }
+    }
+
+    fn take(&self, day: NaiveDate) -> Vec<Record> {
+        self.days.lock().unwrap().remove(&day).unwrap_or_default()
+    }
+}
+
+async fn fetch_from(feed: &Feed, day: NaiveDate) -> Result<Vec<Record>, Infallible> {
+    let records = feed.take(day);
+    if let Some(sleep) = feed.sleep {
+        tokio::time::sleep(sleep).await;
+    }
+    Ok(records)
+}
+
+fn full_feed(s: &Settings, changed: bool) -> Feed {
+    Feed::new((0..s.days).map(|d| (nth_day(d), day_records(nth_day(d), s.per_day, changed))))
+}
+
+fn job(s: &Settings) -> Job {
+    Job::new().concurrency(s.concurrency).retry(Retry::none())
+}
+
+fn check(cond: bool, what: &str, failures: &mut Vec<String>) {
+    if !cond {
+        failures.push(what.to_owned());
+    }
+}
+
+/// Runs every scenario on one kind of store.
+pub(crate) async fn run_store(
+    kind: Kind,
+    s: &Settings,
+    quiet: bool,
+) -> Result<Vec<Measurement>, String> {
+    let log = |msg: &str| {
+        if !quiet {
+            eprintln!("{kind}: {msg}");
+        }
+    };
+    let mut env = Env::new(kind).await?;
+    let mut out = Vec::new();
+    let base = Measurement {
+        store: kind.name(),
+        ..Measurement::default()
+    };
+    let all_rows: Vec<Record> = (0..s.days)
+        .flat_map(|d| day_records(nth_day(d), s.per_day, false))
+        .collect();
+    let range = first_day()..=nth_day(s.days - 1);
+
+    // ---- backfill vs the floor ------------------------------------------
+    log("backfill");
+    let mut best_floor = f64::MAX;
+    for _ in 0..s.repeat {
+        let target = env.fresh(1).await?;
+        let started = Instant::now();
+        target.bulk_load(&all_rows).await?;
+        best_floor = best_floor.min(started.elapsed().as_secs_f64());
+    }
+    let mut best = f64::MAX;
+    let mut kept: Option<Target> = None;
+    let mut peak = 0;
+    let mut written = None;
+    for _ in 0..s.repeat {
+        let target = env.fresh(1).await?;
+        let feed = full_feed(s, false);
+        reset_peak_rss();
+        let started = Instant::now();
+        let report = job(s)
+            .backfill(target.store(), &|d| fetch_from(&feed, d), range.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        let seconds = started.elapsed().as_secs_f64();
+        peak = peak.max(peak_rss());
+        if report.totals().inserted != s.rows() {
+            return Err(format!("backfill inserted {:?}", report.totals()));
+        }
+        if seconds < best {
+            best = seconds;
+            written = target
+                .rows_written()
+                .await?
+                .or(Some(report.totals().written()));
+        }
+        kept = Some(target);
+    }
+    let target = kept.expect("at least one run");
+    let ratio = best_floor / best;
+    let (goal, goal_text) = match kind {
+        Kind::Sqlite => (Some(0.8), ">= 0.8x raw bulk insert"),
+        Kind::Postgres => (Some(0.7), ">= 0.7x binary COPY"),
+        Kind::Memory => (None, "(reference, no target)"),
+    };
+    out.push(Measurement {
+        scenario: "backfill",
+        rows: s.rows(),
+        seconds: best,
+        baseline: Some(kind.floor()),
+        baseline_seconds: Some(best_floor),
+        rows_written: written,
+        peak_rss_bytes: peak,
+        target: goal_text.into(),
+        pass: goal.map(|g| ratio >= g),
+        detail: format!(
+            "{} days x {} records, concurrency {}",
+            s.days, s.per_day, s.concurrency
+        ),
+        ..base.clone()
+    });
+
+    // ---- rerun: the identical backfill again ----------------------------
+    log("rerun");
+    let feed = full_feed(s, false);
+    let (w0, wal0) = (target.rows_written().await?, target.wal_lsn().await?);
+    reset_peak_rss();
+    let started = Instant::now();
+    let report = job(s)
+        .backfill(target.store(), &|d| fetch_from(&feed, d), range.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    let seconds = started.elapsed().as_secs_f64();
+    let peak = peak_rss();
+    let (w1, wal1) = (target.rows_written().await?, target.wal_lsn().await?);
+    let written = delta(w0, w1).unwrap_or(report.totals().written());
+    let wal = delta(wal0, wal1);
+    let mut failures = Vec::new();
+    check(written == 0, "rows were written", &mut failures);
+    check(
+        report.totals().unchanged == s.rows(),
+        "not all unchanged",
+        &mut failures,
+    );
+    let mut goal_text = "0 rows written".to_owned();
+    if kind == Kind::Postgres {
+        let wal_limit = (s.rows() as f64 / 100_000.0 * 1024.0 * 1024.0) as u64;
+        check(
+            wal.unwrap_or(u64::MAX) < wal_limit.max(1),
+            "WAL over budget",
+            &mut failures,
+        );
+        check(
+            seconds * 2.0 <= best,
+            "not 2x faster than backfill",
+            &mut failures,
+        );
+        goal_text = "0 written, WAL < 1 MiB/100k, >= 2x".into();
+    }
+    out.push(Measurement {
+        scenario: "rerun",
+        rows: s.rows(),
+        seconds,
+        baseline: Some("backfill"),
+        baseline_seconds: Some(best),
+        rows_written: Some(written),
+        wal_bytes: wal,
+        speedup: Some(best / seconds),
+        peak_rss_bytes: peak,
+        target: goal_text,
+        pass: Some(failures.is_empty()),
+        detail: failures.join("; "),
+        ..base.clone()
+    });
+
+    // ---- changed_day, stale_day, replace_day on the full table ----------
+    let day = nth_day(s.days / 2);
+    for (scenario, records, mode, expected) in [
+        (
+            "changed_day",
+            day_records(day, s.per_day, true),
+            Mode::Merge,
+            s.per_day,
+        ),
+        (
+            "stale_day",
+            day_records(day, s.per_day, false),
+            Mode::Merge,
+            0,
+        ),
+        (
+            "replace_day",
+            (0..s.per_day)
+                .filter(|i| i % 10 != 0)
+                .map(|i| record(nth_day(s.days / 2 + 1), i, false))
+                .collect(),
+            Mode::Replace,
+            s.per_day.div_ceil(10),
+        ),
+    ] {
+        log(scenario);
+        let day = records.first().map_or(day, Record::event_date);
+        let feed = Feed::new([(day, records)]);
+        let w0 = target.rows_written().await?;
+        reset_peak_rss();
+        let started = Instant::now();
+        let report = job(s)
+            .mode(mode)
+            .sync_one_day(target.store(), &|d| fetch_from(&feed, d), Some(day))
+            .await
+            .map_err(|e| e.to_string())?;
+        let seconds = started.elapsed().as_secs_f64();
+        let peak = peak_rss();
+        let written = delta(w0, target.rows_written().await?).unwrap_or(report.counts.written());
+        let c = report.counts;
+        let (ok, goal) = match scenario {
+            "changed_day" => (
+                c.updated == u64::from(expected) && written == u64::from(expected),
+                format!("exactly {expected} updated"),
+            ),
+            "stale_day" => (
+                c.stale == u64::from(s.per_day) && written == 0,
+                "0 rows written".to_owned(),
+            ),
+            _ => (
+                c.deleted == u64::from(expected) && written == u64::from(expected),
+                format!("exactly {expected} deleted"),
+            ),
+        };
+        out.push(Measurement {
+            scenario,
+            rows: u64::from(s.per_day),
+            seconds,
+            rows_written: Some(written),
+            peak_rss_bytes: peak,
+            target: goal,
+            pass: Some(ok),
+            detail: format!(
+                "inserted {} updated {} unchanged {} stale {} deleted {}",
+                c.inserted, c.updated, c.unchanged, c.stale, c.deleted
+            ),
+            ..base.clone()
+        });
+    }
+    drop(target);
+
+    // ---- scale: one day into a small vs a large table ------------------
+    log("scale");
+    let small = env.fresh(1).await?;
+    let large = env.fresh(1).await?;
+    let prefill = |days: u32| -> Vec<Record> {
+        (0..days)
+            .flat_map(|d| day_records(nth_day(d), s.per_day, false))
+            .collect()
+    };
+    small.bulk_load(&prefill(1)).await?;
+    let big = prefill(s.scale_days);
+    if kind == Kind::Memory {
+        // The memory store has no bulk path: fill it through upsert.
+        for chunk in big.chunks(s.per_day as usize) {
+            let d = chunk[0].event_date();
+            backfill_core::upsert(large.store(), d, chunk.to_vec(), Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+    } else {
+        large.bulk_load(&big).await?;
+    }
+    drop(big);
+    let (mut t_small, mut t_large) = (f64::MAX, f64::MAX);
+    reset_peak_rss();
+    for round in 0..s.repeat.max(3) {
+        // A day neither table holds yet, the same for both.
+        let day = nth_day(1000 + round);
+        for (target, best) in [(&small, &mut t_small), (&large, &mut t_large)] {
+            let feed = Feed::new([(day, day_records(day, s.per_day, false))]);
+            let started = Instant::now();
+            job(s)
+                .sync_one_day(target.store(), &|d| fetch_from(&feed, d), Some(day))
+                .await
+                .map_err(|e| e.to_string())?;
+            *best = best.min(started.elapsed().as_secs_f64());
+        }
+    }
+    let growth = t_large / t_small;
+    out.push(Measurement {
+        scenario: "scale",
+        rows: u64::from(s.per_day),
+        seconds: t_large,
+        baseline: Some("table_with_1_day"),
+        baseline_seconds: Some(t_small),
+        peak_rss_bytes: peak_rss(),
+        target: format!("time({} days) / time(1 day) <= 1.3", s.scale_days),
+        pass: Some(growth <= 1.3),
+        detail: format!("one new day into 1 day: {t_small:.4} s, into {} days: {t_large:.4} s, time ratio {growth:.2}", s.scale_days),
+        ..base.clone()
+    });
+    drop((small, large));
+
+    // ---- parallel: fetch latency dominates ------------------------------
+    log("parallel");
+    let mut times = Vec::new();
+    reset_peak_rss();
+    for concurrency in [1, 8] {
+        let target = env.fresh(8).await?;
+        let mut feed = Feed::new((0..s.parallel_days).map(|d| {
+            (
+                nth_day(d),
+                day_records(nth_day(d), s.parallel_records, false),
+            )
+        }));
+        feed.sleep = Some(s.parallel_sleep);
+        let started = Instant::now();
+        Job::new()
+            .concurrency(concurrency)
+            .retry(Retry::none())
+            .backfill(
+                target.store(),
+                &|d| fetch_from(&feed, d),
+                first_day()..=nth_day(s.parallel_days - 1),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        times.push(started.elapsed().as_secs_f64());
+    }
+    let speedup = times[0] / times[1];
+    out.push(Measurement {
+        scenario: "parallel",
+        rows: u64::from(s.parallel_days * s.parallel_records),
+        seconds: times[1],
+        baseline: Some("concurrency_1"),
+        baseline_seconds: Some(times[0]),
+        speedup: Some(speedup),
+        peak_rss_bytes: peak_rss(),
+        target: "concurrency 8 >= 6x concurrency 1".into(),
+        pass: Some(speedup >= 6.0),
+        detail: format!(
+            "{} days x {} records, fetch sleeps {} ms: {:.3} s at 1, {:.3} s at 8 (ideal {:.3} s)",
+            s.parallel_days,
+            s.parallel_records,
+            s.parallel_sleep.as_millis(),
+            times[0],
+            times[1],
+            f64::from(s.parallel_days) * s.parallel_sleep.as_secs_f64() / 8.0
+        ),
+        ..base.clone()
+    });
+    Ok(out)
+}
+
+fn delta(before: Option<u64>, after: Option<u64>) -> Option<u64> {
+    Some(after?.saturating_sub(before?))
+}

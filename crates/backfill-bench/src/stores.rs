@@ -1,0 +1,280 @@
+//! The stores under measurement, their floors (raw bulk insert, COPY) and
+//! the store-side counters (rows written, WAL).
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use backfill_core::{MemoryStore, Record, Store};
+use backfill_postgres::PostgresStore;
+use backfill_sqlite::{SqliteStore, DATE_FORMAT, INSTANT_FORMAT};
+use futures_util::pin_mut;
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::Type;
+
+use crate::pg_support;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Memory,
+    Sqlite,
+    Postgres,
+}
+
+impl Kind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Memory => "memory",
+            Kind::Sqlite => "sqlite",
+            Kind::Postgres => "postgres",
+        }
+    }
+
+    /// What the floor is for this store.
+    pub(crate) fn floor(self) -> &'static str {
+        match self {
+            Kind::Memory => "btreemap_insert",
+            Kind::Sqlite => "raw_bulk_insert",
+            Kind::Postgres => "binary_copy",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Kind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "memory" => Ok(Kind::Memory),
+            "sqlite" => Ok(Kind::Sqlite),
+            "postgres" => Ok(Kind::Postgres),
+            other => Err(format!(
+                "unknown store {other:?} (memory, sqlite, postgres)"
+            )),
+        }
+    }
+}
+
+/// Makes fresh, empty tables of one kind of store.
+#[derive(Debug)]
+pub(crate) struct Env {
+    kind: Kind,
+    dir: tempfile::TempDir,
+    pg_url: Option<String>,
+    made: u32,
+}
+
+impl Env {
+    pub(crate) async fn new(kind: Kind) -> Result<Self, String> {
+        let pg_url = if kind == Kind::Postgres {
+            pg_support::DURABLE.store(true, std::sync::atomic::Ordering::SeqCst);
+            Some(
+                pg_support::url()
+                    .await
+                    .ok_or("no Postgres: set BACKFILL_PG_URL or start Docker")?,
+            )
+        } else {
+            None
+        };
+        Ok(Self {
+            kind,
+            dir: tempfile::tempdir().map_err(|e| e.to_string())?,
+            pg_url,
+            made: 0,
+        })
+    }
+
+    /// A fresh, empty store; `pool` connections for Postgres.
+    pub(crate) async fn fresh(&mut self, pool: usize) -> Result<Target, String> {
+        self.made += 1;
+        let n = self.made;
+        Ok(match self.kind {
+            Kind::Memory => Target::Memory(MemoryStore::new()),
+            Kind::Sqlite => {
+                let path = self.dir.path().join(format!("bench-{n}.db"));
+                let store = SqliteStore::open(&path).await.map_err(|e| e.to_string())?;
+                Target::Sqlite { store, path }
+            }
+            Kind::Postgres => {
+                let url = self.pg_url.clone().expect("postgres url");
+                let store = PostgresStore::builder()
+                    .schema(format!("bench_{}_{n}", std::process::id()))
+                    .pool_size(pool)
+                    .connect(&url)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Target::Postgres(store)
+            }
+        })
+    }
+}
+
+#[derive(Debug)]
+pub(crate) enum Target {
+    Memory(MemoryStore),
+    Sqlite { store: SqliteStore, path: PathBuf },
+    Postgres(PostgresStore),
+}
+
+impl Target {
+    pub(crate) fn store(&self) -> &dyn Store {
+        match self {
+            Target::Memory(s) => s,
+            Target::Sqlite { store, .. } => store,
+            Target::Postgres(s) => s,
+        }
+    }
+
+    /// The floor: writes `rows` into this (empty) table the fastest plain
+    /// way its engine offers — no conflict handling, no counting.
+    pub(crate) async fn bulk_load(&self, rows: &[Record]) -> Result<(), String> {
+        match self {
+            Target::Memory(_) => {
+                let mut map = std::collections::BTreeMap::new();
+                for r in rows {
+                    map.insert(r.key().to_owned(), r.clone());
+                }
+                std::hint::black_box(map);
+                Ok(())
+            }
+            Target::Sqlite { store, path } => {
+                let (path, table) = (path.clone(), store.table().to_owned());
+                let rows = rows.to_vec();
+                tokio::task::spawn_blocking(move || sqlite_bulk_insert(&path, &table, &rows))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())
+            }
+            Target::Postgres(store) => pg_copy(store, rows).await.map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Rows inserted, updated or deleted in this table so far, as the
+    /// engine counts them (`None` for the memory store).
+    pub(crate) async fn rows_written(&self) -> Result<Option<u64>, String> {
+        match self {
+            Target::Memory(_) => Ok(None),
+            Target::Sqlite { store, .. } => store
+                .total_changes()
+                .await
+                .map(Some)
+                .map_err(|e| e.to_string()),
+            Target::Postgres(store) => pg_tuples_written(store)
+                .await
+                .map(Some)
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// The server's WAL position in bytes (Postgres only).
+    pub(crate) async fn wal_lsn(&self) -> Result<Option<u64>, String> {
+        let Target::Postgres(store) = self else {
+            return Ok(None);
+        };
+        let client = store.pool().get().await.map_err(|e| e.to_string())?;
+        let row = client
+            .query_one("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", &[])
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Some(row.get::<_, i64>(0) as u64))
+    }
+}
+
+fn sqlite_bulk_insert(path: &PathBuf, table: &str, rows: &[Record]) -> rusqlite::Result<()> {
+    let mut conn = rusqlite::Connection::open(path)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    let tx = conn.transaction()?;
+    {
+        let mut insert = tx.prepare(&format!(
+            r#"INSERT INTO "{table}" (key, event_date, value, updated_at) VALUES (?1, ?2, ?3, ?4)"#
+        ))?;
+        for r in rows {
+            insert.execute(rusqlite::params![
+                r.key(),
+                r.event_date().format(DATE_FORMAT).to_string(),
+                r.value(),
+                r.updated_at().format(INSTANT_FORMAT).to_string(),
+            ])?;
+        }
+    }
+    tx.commit()
+}
+
+async fn pg_copy(store: &PostgresStore, rows: &[Record]) -> Result<(), tokio_postgres::Error> {
+    let client = store.pool().get().await.expect("pool");
+    let sql = format!(
+        r#"COPY "{}"."{}" (key, event_date, value, updated_at) FROM STDIN (FORMAT binary)"#,
+        store.schema(),
+        store.table()
+    );
+    let sink = client.copy_in(&sql).await?;
+    let writer = BinaryCopyInWriter::new(
+        sink,
+        &[Type::TEXT, Type::DATE, Type::TEXT, Type::TIMESTAMPTZ],
+    );
+    pin_mut!(writer);
+    for r in rows {
+        let (date, at) = (r.event_date(), r.updated_at());
+        writer
+            .as_mut()
+            .write(&[&r.key(), &date, &r.value(), &at])
+            .await?;
+    }
+    writer.finish().await?;
+    Ok(())
+}
+
+/// `n_tup_ins + n_tup_upd + n_tup_del` of the store's table, after making
+/// the store's (single) connection flush its pending statistics.
+async fn pg_tuples_written(store: &PostgresStore) -> Result<u64, tokio_postgres::Error> {
+    let client = store.pool().get().await.expect("pool");
+    client
+        .execute("SELECT pg_stat_force_next_flush()", &[])
+        .await?;
+    let mut last = None;
+    for _ in 0..20 {
+        client
+            .execute("SELECT pg_stat_clear_snapshot()", &[])
+            .await?;
+        let row = client
+            .query_one(
+                "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint \
+                 FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2",
+                &[&store.schema(), &store.table()],
+            )
+            .await?;
+        let now = row.get::<_, i64>(0) as u64;
+        if last == Some(now) {
+            return Ok(now);
+        }
+        last = Some(now);
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    Ok(last.unwrap_or(0))
+}
+
+/// Resets the process' peak resident set size (Linux), so the next reading
+/// covers one scenario.
+pub(crate) fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// The process' peak resident set size since the last reset, in bytes.
+pub(crate) fn peak_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
