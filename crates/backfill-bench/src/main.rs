@@ -124,7 +124,7 @@ fn human(rows: &[Measurement]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<8} {:<12} {:>8} {:>9} {:>11} {:>11} {:>6} {:>9} {:>10} {:>8} {:>9}  {:<34} {}",
+        "{:<8} {:<12} {:>8} {:>9} {:>11} {:>11} {:>6} {:>9} {:>10} {:>8} {:>9}  {:<34} ok",
         "store",
         "scenario",
         "rows",
@@ -137,7 +137,6 @@ fn human(rows: &[Measurement]) -> String {
         "speedup",
         "peak RSS",
         "target",
-        "ok"
     );
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     for m in rows {
