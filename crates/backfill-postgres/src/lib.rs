@@ -417,7 +417,12 @@ WITH incoming AS (
                   = (s.updated_at, s.value, s.event_date) THEN 'n'
                ELSE 's'
            END AS action
-    FROM incoming i LEFT JOIN {t} s ON s.key = i.key COLLATE "C"
+    -- One primary-key probe per incoming row, whatever the table's size
+    -- or statistics: OFFSET 0 keeps the planner from turning the lookup
+    -- into a hash join that scans the whole table for every chunk.
+    FROM incoming i LEFT JOIN LATERAL (
+        SELECT * FROM {t} WHERE {t}.key = i.key COLLATE "C" OFFSET 0
+    ) s ON true
 ), written AS (
     INSERT INTO {t} AS s ({cols})
     SELECT key, event_date, value, updated_at FROM classified
@@ -436,8 +441,17 @@ SELECT
     (SELECT count(*) FROM written WHERE NOT fresh) AS updated,
     (SELECT count(*) FROM classified WHERE action = 'n') AS unchanged,
     (SELECT count(*) FROM classified WHERE action = 's') AS stale,
-    (SELECT array_agg(c.key) FROM classified c
-      WHERE c.action = 'w' AND NOT EXISTS (SELECT 1 FROM written w WHERE w.key = c.key COLLATE "C")) AS raced
+    -- Rows meant to be written that the upsert's WHERE skipped, because a
+    -- concurrent writer committed a version at least as new: normally none,
+    -- and then not even looked for. EXCEPT hashes or sorts; it can never
+    -- become a nested loop over the chunk.
+    CASE WHEN (SELECT count(*) FROM classified WHERE action = 'w')
+           <> (SELECT count(*) FROM written)
+    THEN (SELECT array_agg(key) FROM (
+              SELECT key COLLATE "C" AS key FROM classified WHERE action = 'w'
+              EXCEPT ALL
+              SELECT key FROM written) AS skipped)
+    END AS raced
 "#
             ),
             // Lock the doomed rows in key order first, like the upsert.

@@ -338,3 +338,75 @@ async fn tls_respects_sslmode() {
         .unwrap();
     assert_eq!(store.rows().await.unwrap().len(), 2);
 }
+
+/// Another writer commits a row while our upsert waits for its lock: our
+/// snapshot saw the key absent, the upsert's own WHERE sees the committed
+/// row. The outcome must still follow the version order, and the counts
+/// must still be exact.
+#[tokio::test]
+async fn a_row_committed_by_a_concurrent_writer_is_judged_by_version() {
+    let Some(url) = support::url().await else {
+        return;
+    };
+    let store = PostgresStore::builder()
+        .schema(support::unique_schema())
+        .connect(&url)
+        .await
+        .unwrap();
+    let table = format!("\"{}\".\"{}\"", store.schema(), store.table());
+    let at = Utc.with_ymd_and_hms(2026, 2, 1, 0, 0, 0).unwrap();
+    // (their value, their second, our value, our second, expected counts)
+    let cases = [
+        ("theirs", 10, "ours", 5, (0, 0, 0, 1)), // theirs is newer: ours is stale
+        ("same", 5, "same", 5, (0, 0, 1, 0)),    // identical: unchanged
+        ("theirs", 5, "ours", 10, (0, 1, 0, 0)), // ours is newer: updated
+    ];
+    for (n, (their_value, their_secs, our_value, our_secs, expected)) in
+        cases.into_iter().enumerate()
+    {
+        let key = format!("race/{n}");
+        let (other, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+        tokio::spawn(connection);
+        other.batch_execute("BEGIN").await.unwrap();
+        other
+            .execute(
+                &format!("INSERT INTO {table} (key, event_date, value, updated_at) VALUES ($1, $2, $3, $4)"),
+                &[&key, &day(), &their_value, &(at + Duration::seconds(their_secs))],
+            )
+            .await
+            .unwrap();
+        let ours = Record::new(
+            key.clone(),
+            day(),
+            our_value,
+            at + Duration::seconds(our_secs),
+        )
+        .unwrap();
+        let upsert_task = {
+            let store = store.clone();
+            tokio::spawn(
+                async move { upsert(&store, day(), vec![ours], WriteOptions::default()).await },
+            )
+        };
+        // Let our upsert block on the other writer's row lock, then commit.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(
+            !upsert_task.is_finished(),
+            "the upsert should wait for the other writer"
+        );
+        other.batch_execute("COMMIT").await.unwrap();
+        let c = upsert_task.await.unwrap().unwrap();
+        assert_eq!(
+            (c.inserted, c.updated, c.unchanged, c.stale),
+            expected,
+            "case {n}"
+        );
+        let stored = store.get(&key).await.unwrap().unwrap();
+        let winner = if expected.1 == 1 {
+            our_value
+        } else {
+            their_value
+        };
+        assert_eq!(stored.value(), winner, "case {n}");
+    }
+}
