@@ -32,7 +32,9 @@ impl Settings {
         Self {
             days: 30,
             per_day: 10_000,
-            concurrency: 1,
+            // Two days at once: what a job on a two-core machine would run.
+            // `--concurrency 1` measures the serial path.
+            concurrency: 2,
             repeat: 3,
             quick: false,
             parallel_days: 60,
@@ -171,7 +173,7 @@ pub(crate) async fn run_store(
     let mut peak = 0;
     let mut written = None;
     for _ in 0..s.repeat {
-        let target = env.fresh(1).await?;
+        let target = env.fresh(s.concurrency).await?;
         let feed = full_feed(s, false);
         reset_peak_rss();
         let started = Instant::now();
@@ -387,8 +389,12 @@ pub(crate) async fn run_store(
         baseline: Some("table_with_1_day"),
         baseline_seconds: Some(t_small),
         peak_rss_bytes: peak_rss(),
-        target: format!("time({} days) / time(1 day) <= 1.3", s.scale_days),
-        pass: Some(growth <= 1.3),
+        target: if kind == Kind::Memory {
+            "(reference, no target)".into()
+        } else {
+            format!("time({} days) / time(1 day) <= 1.3", s.scale_days)
+        },
+        pass: (kind != Kind::Memory).then_some(growth <= 1.3),
         detail: format!("one new day into 1 day: {t_small:.4} s, into {} days: {t_large:.4} s, time ratio {growth:.2}", s.scale_days),
         ..base.clone()
     });

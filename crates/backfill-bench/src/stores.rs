@@ -231,12 +231,19 @@ async fn pg_copy(store: &PostgresStore, rows: &[Record]) -> Result<(), tokio_pos
 }
 
 /// `n_tup_ins + n_tup_upd + n_tup_del` of the store's table, after making
-/// the store's (single) connection flush its pending statistics.
+/// the store's connections flush their pending statistics.
 async fn pg_tuples_written(store: &PostgresStore) -> Result<u64, tokio_postgres::Error> {
+    // Every pooled connection flushes its pending statistics (holding them
+    // all at once makes the pool hand out each existing connection).
+    let size = store.pool().status().size.max(1);
+    let clients = futures_util::future::join_all((0..size).map(|_| store.pool().get())).await;
+    for client in clients.iter().flatten() {
+        client
+            .execute("SELECT pg_stat_force_next_flush()", &[])
+            .await?;
+    }
+    drop(clients);
     let client = store.pool().get().await.expect("pool");
-    client
-        .execute("SELECT pg_stat_force_next_flush()", &[])
-        .await?;
     let mut last = None;
     for _ in 0..20 {
         client
