@@ -202,6 +202,9 @@ pub(crate) async fn run_store(
         Kind::Postgres => (Some(0.7), ">= 0.7x binary COPY"),
         Kind::Memory => (None, "(reference, no target)"),
     };
+    // Quick runs are too small for throughput ratios to mean anything:
+    // they show the figures but judge only the exact counts.
+    let judged = |pass: Option<bool>| if s.quick { None } else { pass };
     out.push(Measurement {
         scenario: "backfill",
         rows: s.rows(),
@@ -211,7 +214,7 @@ pub(crate) async fn run_store(
         rows_written: written,
         peak_rss_bytes: peak,
         target: goal_text.into(),
-        pass: goal.map(|g| ratio >= g),
+        pass: judged(goal.map(|g| ratio >= g)),
         detail: format!(
             "{} days x {} records, concurrency {}",
             s.days, s.per_day, s.concurrency
@@ -249,11 +252,13 @@ pub(crate) async fn run_store(
             "WAL over budget",
             &mut failures,
         );
-        check(
-            seconds * 2.0 <= best,
-            "not 2x faster than backfill",
-            &mut failures,
-        );
+        if !s.quick {
+            check(
+                seconds * 2.0 <= best,
+                "not 2x faster than backfill",
+                &mut failures,
+            );
+        }
         goal_text = "0 written, WAL < 1 MiB/100k, >= 2x".into();
     }
     out.push(Measurement {
@@ -394,7 +399,7 @@ pub(crate) async fn run_store(
         } else {
             format!("time({} days) / time(1 day) <= 1.3", s.scale_days)
         },
-        pass: (kind != Kind::Memory).then_some(growth <= 1.3),
+        pass: judged((kind != Kind::Memory).then_some(growth <= 1.3)),
         detail: format!("one new day into 1 day: {t_small:.4} s, into {} days: {t_large:.4} s, time ratio {growth:.2}", s.scale_days),
         ..base.clone()
     });
@@ -436,7 +441,7 @@ pub(crate) async fn run_store(
         speedup: Some(speedup),
         peak_rss_bytes: peak_rss(),
         target: "concurrency 8 >= 6x concurrency 1".into(),
-        pass: Some(speedup >= 6.0),
+        pass: judged(Some(speedup >= 6.0)),
         detail: format!(
             "{} days x {} records, fetch sleeps {} ms: {:.3} s at 1, {:.3} s at 8 (ideal {:.3} s)",
             s.parallel_days,

@@ -596,7 +596,7 @@ impl Job {
             let records = fetch
                 .fetch(day)
                 .await
-                .map_err(|source| Error::Fetch { day, source })?;
+                .map_err(|source| fetch_error(day, source))?;
             upsert(store, day, records, self.write).await
         };
         let work = AssertUnwindSafe(work).catch_unwind();
@@ -612,6 +612,19 @@ impl Job {
                 message: panic_message(&*panic),
             })
         })
+    }
+}
+
+/// A fetch's error as the job reports it. A record rule broken while the
+/// fetch built its records (`Record::new(..)?`) is reported as the typed
+/// record error itself, not hidden inside `Error::Fetch`.
+fn fetch_error(day: NaiveDate, source: crate::BoxError) -> Error {
+    match source.downcast::<Error>() {
+        Ok(error) if matches!(*error, Error::InvalidRecord { .. } | Error::WrongDay { .. }) => {
+            *error
+        }
+        Ok(error) => Error::Fetch { day, source: error },
+        Err(source) => Error::Fetch { day, source },
     }
 }
 

@@ -93,18 +93,25 @@ pub enum Mode {
 /// unchecked record, a duplicate key, or records out of key order: keys are
 /// unique and sorted by their bytes, which is also the order rows must be
 /// written in, so that two writers with overlapping keys cannot deadlock.
+///
+/// Cloning is cheap (the records are shared), so a store may move a clone
+/// onto another thread.
 #[derive(Debug, Clone)]
 pub struct Batch {
     day: NaiveDate,
     mode: Mode,
-    records: Vec<Record>,
+    records: Arc<[Record]>,
 }
 
 impl Batch {
     /// `records` must already be sorted by key with unique keys.
     pub(crate) fn new(day: NaiveDate, mode: Mode, records: Vec<Record>) -> Self {
         debug_assert!(records.windows(2).all(|w| w[0].key() < w[1].key()));
-        Self { day, mode, records }
+        Self {
+            day,
+            mode,
+            records: records.into(),
+        }
     }
 
     /// The day being synced.

@@ -261,8 +261,8 @@ impl Store for SqliteStore {
     }
 
     async fn apply(&self, batch: &Batch) -> Result<Counts> {
-        // The batch is cloned onto the blocking pool; its records are
-        // already validated, collapsed and sorted by key.
+        // A cheap clone (the records are shared) for the blocking pool; they
+        // are already validated, collapsed and sorted by key.
         let batch = batch.clone();
         self.with_conn(move |conn, sql| apply_batch(conn, sql, &batch))
             .await
