@@ -108,11 +108,23 @@ fn image_script() -> Option<PathBuf> {
     }
 }
 
+/// The test image's name and tag.
+pub fn image() -> (String, String) {
+    (
+        std::env::var("BACKFILL_PG_IMAGE").unwrap_or_else(|_| DEFAULT_IMAGE.into()),
+        std::env::var("BACKFILL_PG_TAG").unwrap_or_else(|_| DEFAULT_TAG.into()),
+    )
+}
+
+/// Runs `docker` with `args`; its standard output, or why it failed.
+pub fn docker_cli(args: &[&str]) -> Result<String, String> {
+    docker(args)
+}
+
 async fn start_container() -> Result<String, String> {
     docker(&["info", "--format", "{{.ServerVersion}}"])
         .map_err(|e| format!("Docker is not reachable ({e})"))?;
-    let image = std::env::var("BACKFILL_PG_IMAGE").unwrap_or_else(|_| DEFAULT_IMAGE.into());
-    let tag = std::env::var("BACKFILL_PG_TAG").unwrap_or_else(|_| DEFAULT_TAG.into());
+    let (image, tag) = image();
     let reference = format!("{image}:{tag}");
     if docker(&["image", "inspect", &reference]).is_err() && image == DEFAULT_IMAGE {
         let script = image_script().ok_or("scripts/postgres-image.sh not found")?;
