@@ -30,7 +30,10 @@ use crate::record::Record;
 /// ```
 ///
 /// The user's error is kept as the `source` of
-/// [`Error::Fetch`](crate::Error::Fetch).
+/// [`Error::Fetch`](crate::Error::Fetch). One exception: a record rule
+/// broken while building the day's records (`Record::new(..)?` with
+/// [`Error`](crate::Error) as the fetch's error type) is reported as that
+/// [`Error::InvalidRecord`](crate::Error::InvalidRecord) itself.
 #[async_trait]
 pub trait Fetch: Send + Sync {
     /// Returns the records of `day`.

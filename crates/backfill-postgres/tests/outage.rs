@@ -40,8 +40,10 @@ async fn fetch(d: NaiveDate) -> Result<Vec<Record>, std::io::Error> {
 /// use a server given by URL, or none at all.
 async fn own_server() -> Option<(ContainerAsync<Postgres>, String)> {
     if std::env::var_os("BACKFILL_PG_URL").is_some() {
-        eprintln!(
-            "SKIPPING: the outage tests stop and start their own container; BACKFILL_PG_URL is set"
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIPPING: the outage tests kill and restart a container of their own; BACKFILL_PG_URL is set"
         );
         return None;
     }
