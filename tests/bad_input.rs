@@ -57,6 +57,16 @@ fn job() -> Job {
     Job::new().retry(Retry::none())
 }
 
+/// Runs `case` against every store, and checks that none of them changed.
+async fn each_store(case: impl AsyncFn(&'static str, &dyn Store)) {
+    let stores = stores().await;
+    for (name, store) in &stores.list {
+        let before = store.rows().await.unwrap();
+        case(name, store.as_ref()).await;
+        assert_eq!(store.rows().await.unwrap(), before, "{name}: store changed");
+    }
+}
+
 /// Syncs `day()` with a fetch that builds two good records (one updating a
 /// stored row) and then `bad`, the way a fetch does with `?`; asserts the
 /// sync fails with `expected` and that every store is unchanged.
@@ -72,19 +82,17 @@ async fn rejects(bad: fn() -> Result<Record, Error>, field: Field, problem: Prob
     let fetch = move |_: NaiveDate| async move {
         Ok::<_, Error>(vec![good(0, "v2"), good(9, "new"), bad()?])
     };
-    let stores = stores().await;
-    for (name, store) in &stores.list {
-        let before = store.rows().await.unwrap();
-        match job().sync_one_day(store, &fetch, Some(day())).await {
+    each_store(
+        async |name, store| match job().sync_one_day(store, &fetch, Some(day())).await {
             Err(Error::InvalidRecord {
                 field: f,
                 problem: p,
                 ..
             }) => assert_eq!((f, p), (field, problem), "{name}"),
             other => panic!("{name}: expected InvalidRecord, got {other:?}"),
-        }
-        assert_eq!(store.rows().await.unwrap(), before, "{name}: store changed");
-    }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -222,10 +230,8 @@ async fn record_of_another_day_in_strict_mode() {
         let other = day().succ_opt().unwrap();
         Ok::<_, Error>(vec![good(0, "v2"), Record::new("late", other, "v", at())?])
     };
-    let stores = stores().await;
-    for (name, store) in &stores.list {
-        let before = store.rows().await.unwrap();
-        match job().sync_one_day(store, &fetch, Some(day())).await {
+    each_store(
+        async |name, store| match job().sync_one_day(store, &fetch, Some(day())).await {
             Err(Error::WrongDay {
                 expected, found, ..
             }) => {
@@ -236,24 +242,22 @@ async fn record_of_another_day_in_strict_mode() {
                 )
             }
             other => panic!("{name}: expected WrongDay, got {other:?}"),
-        }
-        assert_eq!(store.rows().await.unwrap(), before, "{name}: store changed");
-    }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn inverted_range() {
     let fetch = |_: NaiveDate| async { Ok::<_, Error>(vec![good(0, "v2")]) };
-    let stores = stores().await;
-    for (name, store) in &stores.list {
-        let before = store.rows().await.unwrap();
+    each_store(async |name, store| {
         let end = day().pred_opt().unwrap();
         match job().backfill(store, &fetch, day()..=end).await {
             Err(Error::InvalidRange { start, end: e }) => assert_eq!((start, e), (day(), end)),
             other => panic!("{name}: expected InvalidRange, got {other:?}"),
         }
-        assert_eq!(store.rows().await.unwrap(), before, "{name}: store changed");
-    }
+    })
+    .await;
 }
 
 const HOSTILE_NAMES: [&str; 8] = [
@@ -436,10 +440,8 @@ async fn sqlite_file_that_is_not_a_database() {
 #[tokio::test]
 async fn fetch_returns_an_error() {
     let fetch = |_: NaiveDate| async { Err::<Vec<Record>, _>(std::io::Error::other("HTTP 500")) };
-    let stores = stores().await;
-    for (name, store) in &stores.list {
-        let before = store.rows().await.unwrap();
-        match job().sync_one_day(store, &fetch, Some(day())).await {
+    each_store(
+        async |name, store| match job().sync_one_day(store, &fetch, Some(day())).await {
             Err(Error::Fetch { day: d, source }) => {
                 assert_eq!(d, day());
                 assert!(
@@ -448,9 +450,9 @@ async fn fetch_returns_an_error() {
                 );
             }
             other => panic!("{name}: expected Fetch, got {other:?}"),
-        }
-        assert_eq!(store.rows().await.unwrap(), before, "{name}: store changed");
-    }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -480,16 +482,14 @@ async fn fetch_panics() {
 #[tokio::test]
 async fn fetch_never_returns() {
     let fetch = |_: NaiveDate| std::future::pending::<Result<Vec<Record>, Error>>();
-    let stores = stores().await;
-    for (name, store) in &stores.list {
-        let before = store.rows().await.unwrap();
+    each_store(async |name, store| {
         let job = job().day_timeout(Duration::from_millis(200));
         match job.sync_one_day(store, &fetch, Some(day())).await {
             Err(e @ Error::Timeout { .. }) => assert!(e.is_retryable()),
             other => panic!("{name}: expected Timeout, got {other:?}"),
         }
-        assert_eq!(store.rows().await.unwrap(), before, "{name}: store changed");
-    }
+    })
+    .await;
 }
 
 /// The process' peak resident set size, from /proc (Linux).
