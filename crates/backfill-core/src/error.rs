@@ -92,7 +92,7 @@ pub enum Error {
 
     /// The store could not be opened or connected to (missing directory,
     /// not a database, unreachable server, refused credentials).
-    #[error("{backend}: cannot open the store: {source}")]
+    #[error("{backend}: cannot open the store: {}", Chain(&**.source))]
     Open {
         /// The store's name, e.g. `"sqlite"`.
         backend: &'static str,
@@ -102,7 +102,7 @@ pub enum Error {
 
     /// The store's engine failed while reading or applying a batch. A
     /// failed apply wrote nothing.
-    #[error("{backend}: {source}")]
+    #[error("{backend}: {}", Chain(&**.source))]
     Backend {
         /// The store's name, e.g. `"sqlite"`.
         backend: &'static str,
@@ -284,6 +284,29 @@ impl fmt::Display for Problem {
     }
 }
 
+/// Shows an error and its causes, `error: cause: cause`. Driver errors often
+/// keep the useful part in a cause (tokio-postgres shows only "db error";
+/// the server's message is its source), and this is where the store's
+/// opaque error meets the user, so the whole chain is shown. A cause whose
+/// text is already shown is skipped.
+struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut shown = self.0.to_string();
+        let mut cause = self.0.source();
+        while let Some(error) = cause {
+            let text = error.to_string();
+            if !shown.contains(&text) {
+                shown.push_str(": ");
+                shown.push_str(&text);
+            }
+            cause = error.source();
+        }
+        f.write_str(&shown)
+    }
+}
+
 /// Shows a key in a message, shortened when it is long.
 struct ShortKey<'a>(&'a str);
 
@@ -298,5 +321,43 @@ impl fmt::Display for ShortKey<'_> {
             end -= 1;
         }
         write!(f, "{:?}… ({} bytes)", &self.0[..end], self.0.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Outer(std::io::Error);
+
+    impl fmt::Display for Outer {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("db error")
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn store_errors_show_their_causes_once() {
+        let inner = std::io::Error::other("ERROR: relation \"x\" does not exist");
+        let e = Error::backend("postgres", false, Outer(inner));
+        assert_eq!(
+            e.to_string(),
+            "postgres: db error: ERROR: relation \"x\" does not exist"
+        );
+        let plain = Error::open(
+            "sqlite",
+            std::io::Error::other("unable to open database file"),
+        );
+        assert_eq!(
+            plain.to_string(),
+            "sqlite: cannot open the store: unable to open database file"
+        );
     }
 }

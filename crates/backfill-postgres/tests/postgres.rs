@@ -98,6 +98,11 @@ async fn wrong_password_is_an_open_error_and_never_shown() {
         ) => {
             assert!(!e.to_string().contains(secret), "{e}");
             assert!(!format!("{e:?}").contains(secret), "{e:?}");
+            // The server's own reason reaches the message, not just "db error".
+            assert!(
+                e.to_string().contains("password authentication failed"),
+                "{e}"
+            );
         }
         other => panic!("expected Open, got {other:?}"),
     }
