@@ -12,7 +12,7 @@
 //! Run them all, one `#[tokio::test]` per case inside a module named
 //! `conformance`, with [`conformance_tests!`](crate::conformance_tests):
 //!
-//! ```ignore
+//! ```text
 //! backfill_core::conformance_tests!(async { MyStore::connect("…").await.unwrap() });
 //! ```
 //!
@@ -42,7 +42,7 @@ use crate::{Error as BackfillErrorKind, Job, MemoryStore, Retry, Transient};
 /// The calling crate needs `tokio` with the `macros` and `rt-multi-thread`
 /// features among its dev-dependencies.
 ///
-/// ```ignore
+/// ```text
 /// async fn make_store() -> MyStore { MyStore::open_in_memory().await.unwrap() }
 /// backfill_core::conformance_tests!(make_store());
 /// ```
@@ -51,7 +51,7 @@ use crate::{Error as BackfillErrorKind, Job, MemoryStore, Retry, Transient};
 /// `Option<store>`; `None` ends each test early (print why, and fail instead
 /// when the service is required, e.g. in CI):
 ///
-/// ```ignore
+/// ```text
 /// backfill_core::conformance_tests!(optional: test_postgres_store());
 /// ```
 #[macro_export]
