@@ -51,7 +51,16 @@ pub const MAX_YEAR: i32 = 9999;
 /// assert!(new.supersedes(&old));
 /// # Ok::<(), backfill_core::Error>(())
 /// ```
+///
+/// With the `serde` feature a record serializes as
+/// `{"key", "event_date", "value", "updated_at"}` and deserializes through
+/// [`Record::new`], so the rules hold for records read from JSON too.
 #[derive(Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(try_from = "RecordFields")
+)]
 pub struct Record {
     key: String,
     event_date: NaiveDate,
@@ -195,6 +204,25 @@ impl fmt::Debug for Record {
     }
 }
 
+/// The unchecked shape a record is deserialized into before [`Record::new`].
+#[cfg(feature = "serde")]
+#[derive(serde::Deserialize)]
+struct RecordFields {
+    key: String,
+    event_date: NaiveDate,
+    value: String,
+    updated_at: DateTime<Utc>,
+}
+
+#[cfg(feature = "serde")]
+impl TryFrom<RecordFields> for Record {
+    type Error = Error;
+
+    fn try_from(f: RecordFields) -> Result<Self> {
+        Record::new(f.key, f.event_date, f.value, f.updated_at)
+    }
+}
+
 fn year_in_range(year: i32) -> bool {
     (MIN_YEAR..=MAX_YEAR).contains(&year)
 }
@@ -287,6 +315,22 @@ mod tests {
             r.updated_at(),
             at() + chrono::Duration::nanoseconds(1_234_567_000)
         );
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn json_round_trip_enforces_the_rules() {
+        let json = r#"{"key":"k","event_date":"2026-01-01","value":"{}","updated_at":"2026-01-01T00:00:00.123456789Z"}"#;
+        let r: Record = serde_json::from_str(json).unwrap();
+        assert_eq!(
+            r.updated_at(),
+            at() + chrono::Duration::microseconds(123_456)
+        );
+        let back: Record = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+        let bad = json.replace(r#""key":"k""#, r#""key":"""#);
+        let err = serde_json::from_str::<Record>(&bad).unwrap_err();
+        assert!(err.to_string().contains("key is empty"), "{err}");
     }
 
     #[test]
