@@ -386,14 +386,20 @@ impl Job {
     ///
     /// # Errors
     ///
-    /// As [`Job::backfill`].
+    /// As [`Job::backfill`]; [`Error::InvalidRange`] if the lookback reaches
+    /// before the calendar's first day.
     pub async fn sync_recent<S, F>(&self, store: &S, fetch: &F, days: u32) -> Result<RunReport>
     where
         S: Store + ?Sized,
         F: Fetch + ?Sized,
     {
         let today = self.today();
-        let start = today - chrono::Duration::days(i64::from(days));
+        let start = today
+            .checked_sub_signed(chrono::Duration::days(i64::from(days)))
+            .ok_or(Error::InvalidRange {
+                start: NaiveDate::MIN,
+                end: today,
+            })?;
         self.backfill(store, fetch, start..=today).await
     }
 
