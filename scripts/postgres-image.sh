@@ -9,8 +9,13 @@
 # use: POSTGRES_USER / POSTGRES_PASSWORD / POSTGRES_DB on first start, a
 # temporary init server that logs "ready to accept connections" on stdout,
 # then the real server (logging on stderr) listening on 5432. Arguments are
-# passed to `postgres` (e.g. `-c fsync=off`).
+# passed to `postgres` (e.g. `-c fsync=off`). With POSTGRES_SSL_CERT and
+# POSTGRES_SSL_KEY (PEM text) on first start, the server also speaks TLS.
+#
+# IMAGE_VERSION is stamped on the image as a label; the tests and CI rebuild
+# an image whose label is older.
 set -euo pipefail
+IMAGE_VERSION=2
 
 image="${1:-${BACKFILL_PG_IMAGE:-backfill/postgres}:${BACKFILL_PG_TAG:-15}}"
 pg_bin=/usr/lib/postgresql/15/bin
@@ -87,6 +92,12 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
         echo "host all all all trust" >> "$PGDATA/pg_hba.conf"
     fi
     echo "jit = off" >> "$PGDATA/postgresql.conf"
+    if [ -n "$POSTGRES_SSL_CERT" ] && [ -n "$POSTGRES_SSL_KEY" ]; then
+        printf '%s\n' "$POSTGRES_SSL_CERT" > "$PGDATA/server.crt"
+        printf '%s\n' "$POSTGRES_SSL_KEY" > "$PGDATA/server.key"
+        chmod 600 "$PGDATA/server.key"
+        echo "ssl = on" >> "$PGDATA/postgresql.conf"
+    fi
     if [ "$POSTGRES_DB" != "postgres" ]; then
         echo "CREATE DATABASE \"$POSTGRES_DB\";" | postgres --single -D "$PGDATA" -j postgres > /dev/null
     fi
@@ -110,5 +121,6 @@ tar -C "$root" -c . | docker import \
     -c 'ENV PGDATA=/var/lib/postgresql/data' \
     -c 'ENTRYPOINT ["/entrypoint.sh"]' \
     -c 'EXPOSE 5432' \
+    -c "LABEL backfill.image.version=$IMAGE_VERSION" \
     - "$image" > /dev/null
 echo "postgres-image: built $image ($(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}'))"

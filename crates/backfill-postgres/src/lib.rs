@@ -90,6 +90,8 @@ pub struct PostgresStoreBuilder {
     table: String,
     chunk_rows: usize,
     pool_size: usize,
+    #[cfg(feature = "tls")]
+    root_pems: Vec<Vec<u8>>,
 }
 
 impl Default for PostgresStoreBuilder {
@@ -99,6 +101,8 @@ impl Default for PostgresStoreBuilder {
             table: DEFAULT_TABLE.to_owned(),
             chunk_rows: DEFAULT_CHUNK_ROWS,
             pool_size: 8,
+            #[cfg(feature = "tls")]
+            root_pems: Vec::new(),
         }
     }
 }
@@ -157,28 +161,53 @@ impl PostgresStoreBuilder {
         self.pool_from(manager).await
     }
 
-    /// Connects over TLS (rustls, verified against the system's root
-    /// certificates). The connection string's `sslmode` applies: `require`
-    /// refuses a server without TLS, `prefer` (the default) falls back to
-    /// plain text. For a private CA or client certificates, build your own
-    /// pool and pass it to [`PostgresStoreBuilder::pool`].
+    /// Also trusts the CA certificates in `pem` (PEM text, one or more
+    /// certificates) for [`PostgresStoreBuilder::connect_tls`]: the CA
+    /// bundle of a managed Postgres (Amazon RDS, Cloud SQL, Azure) or your
+    /// own CA. May be called more than once.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_root_certificates_pem(mut self, pem: impl AsRef<[u8]>) -> Self {
+        self.root_pems.push(pem.as_ref().to_vec());
+        self
+    }
+
+    /// Connects over TLS (rustls), verifying the server against the
+    /// system's root certificates and any added with
+    /// [`PostgresStoreBuilder::tls_root_certificates_pem`]. The connection
+    /// string's `sslmode` applies: `require` refuses a server without TLS,
+    /// `prefer` (the default) falls back to plain text. For client
+    /// certificates, build your own pool and pass it to
+    /// [`PostgresStoreBuilder::pool`].
     ///
     /// # Errors
     ///
-    /// As [`PostgresStoreBuilder::connect`]; also [`Error::Open`] when no
-    /// system root certificate can be loaded.
+    /// As [`PostgresStoreBuilder::connect`]; also [`Error::Open`] for a
+    /// certificate the server presents that no trusted root vouches for, an
+    /// unreadable PEM, or no root certificate at all.
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub async fn connect_tls(self, url: &str) -> Result<PostgresStore> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::CertificateDer;
+
         self.check_names()?;
         let config: Config = url.parse().map_err(|e| Error::open(BACKEND, e))?;
         let mut roots = rustls::RootCertStore::empty();
         let found = rustls_native_certs::load_native_certs();
-        let (added, _ignored) = roots.add_parsable_certificates(found.certs);
-        if added == 0 {
+        roots.add_parsable_certificates(found.certs);
+        for pem in &self.root_pems {
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| {
+                    Error::open(BACKEND, format!("unreadable root certificate PEM: {e}"))
+                })?;
+                roots.add(cert).map_err(|e| Error::open(BACKEND, e))?;
+            }
+        }
+        if roots.is_empty() {
             return Err(Error::open(
                 BACKEND,
-                "no usable root certificate found on this system",
+                "no root certificate to verify the server with",
             ));
         }
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());

@@ -30,6 +30,8 @@ pub static DURABLE: AtomicBool = AtomicBool::new(false);
 
 const DEFAULT_IMAGE: &str = "backfill/postgres";
 const DEFAULT_TAG: &str = "15";
+/// `IMAGE_VERSION` of scripts/postgres-image.sh.
+const IMAGE_VERSION: &str = "2";
 
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
@@ -130,7 +132,17 @@ async fn start_container() -> Result<String, String> {
         .map_err(|e| format!("Docker is not reachable ({e})"))?;
     let (image, tag) = image();
     let reference = format!("{image}:{tag}");
-    if docker(&["image", "inspect", &reference]).is_err() && image == DEFAULT_IMAGE {
+    // The image of an older scripts/postgres-image.sh lacks what newer
+    // tests use (TLS): its label says so, and it is rebuilt.
+    let current = docker(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{ index .Config.Labels \"backfill.image.version\" }}",
+        &reference,
+    ])
+    .is_ok_and(|label| label.trim() == IMAGE_VERSION);
+    if !current && image == DEFAULT_IMAGE {
         let script = image_script().ok_or("scripts/postgres-image.sh not found")?;
         let status = Command::new("bash")
             .arg(&script)
