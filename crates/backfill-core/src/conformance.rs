@@ -7,7 +7,8 @@
 //! Each `pub async fn` proves one behaviour of the write-path contract
 //! against the store it is given, and panics with a readable message if the
 //! store breaks it. Cases only add keys under their own prefixes and days, so
-//! they may share a store, but each is happiest with an empty one.
+//! they may run one after another on one store; run concurrently, each needs
+//! a store (or table) of its own, as `conformance_tests!` gives it.
 //!
 //! Run them all, one `#[tokio::test]` per case inside a module named
 //! `conformance`, with [`conformance_tests!`](crate::conformance_tests):
