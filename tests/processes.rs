@@ -330,19 +330,21 @@ async fn killed_backfills_leave_whole_days_and_converge() {
     const PER_DAY: u32 = 1000;
     for (name, place, _dir) in places("crash").await {
         let reader = place.open(1).await;
+        // Every day of one version, two days at a time.
+        let versioned = |version, fetch_ms| Spec {
+            place: place.clone(),
+            data: Data::Versioned {
+                version,
+                per_day: PER_DAY,
+            },
+            days: (0, DAYS - 1),
+            mode: Mode::Merge,
+            concurrency: 2,
+            fetch_ms,
+        };
         let (mut polls, mut interrupted) = (0, 0);
         for seed in seeds(20) {
-            let spec = Spec {
-                place: place.clone(),
-                data: Data::Versioned {
-                    version: seed,
-                    per_day: PER_DAY,
-                },
-                days: (0, DAYS - 1),
-                mode: Mode::Merge,
-                concurrency: 2,
-                fetch_ms: 15,
-            };
+            let spec = versioned(seed, 15);
             // The run takes ~250 ms; most kills land inside it.
             let kill_after = Duration::from_millis(5 + mix(seed) % 300);
             let context =
@@ -370,17 +372,7 @@ async fn killed_backfills_leave_whole_days_and_converge() {
         );
         // Re-run the last version to completion, here.
         let last = *seeds(20).iter().max().unwrap();
-        let spec = Spec {
-            place: place.clone(),
-            data: Data::Versioned {
-                version: last,
-                per_day: PER_DAY,
-            },
-            days: (0, DAYS - 1),
-            mode: Mode::Merge,
-            concurrency: 2,
-            fetch_ms: 0,
-        };
+        let spec = versioned(last, 0);
         spec.run(&*reader).await.unwrap();
         let oracle = MemoryStore::new();
         spec.run(&oracle).await.unwrap();

@@ -157,7 +157,6 @@ pub(crate) async fn run_store(
     let all_rows: Vec<Record> = (0..s.days)
         .flat_map(|d| day_records(nth_day(d), s.per_day, false))
         .collect();
-    let range = first_day()..=nth_day(s.days - 1);
 
     // ---- backfill vs the floor ------------------------------------------
     log("backfill");
@@ -174,15 +173,8 @@ pub(crate) async fn run_store(
     let mut written = None;
     for _ in 0..s.repeat {
         let target = env.fresh(s.concurrency).await?;
-        let feed = full_feed(s, false);
-        reset_peak_rss();
-        let started = Instant::now();
-        let report = job(s)
-            .backfill(target.store(), &|d| fetch_from(&feed, d), range.clone())
-            .await
-            .map_err(|e| e.to_string())?;
-        let seconds = started.elapsed().as_secs_f64();
-        peak = peak.max(peak_rss());
+        let (report, seconds, run_peak) = timed_backfill(&target, s).await?;
+        peak = peak.max(run_peak);
         if report.totals().inserted != s.rows() {
             return Err(format!("backfill inserted {:?}", report.totals()));
         }
@@ -224,16 +216,8 @@ pub(crate) async fn run_store(
 
     // ---- rerun: the identical backfill again ----------------------------
     log("rerun");
-    let feed = full_feed(s, false);
     let (w0, wal0) = (target.rows_written().await?, target.wal_lsn().await?);
-    reset_peak_rss();
-    let started = Instant::now();
-    let report = job(s)
-        .backfill(target.store(), &|d| fetch_from(&feed, d), range.clone())
-        .await
-        .map_err(|e| e.to_string())?;
-    let seconds = started.elapsed().as_secs_f64();
-    let peak = peak_rss();
+    let (report, seconds, peak) = timed_backfill(&target, s).await?;
     let (w1, wal1) = (target.rows_written().await?, target.wal_lsn().await?);
     let written = delta(w0, w1).unwrap_or(report.totals().written());
     let wal = delta(wal0, wal1);
@@ -454,6 +438,26 @@ pub(crate) async fn run_store(
         ..base.clone()
     });
     Ok(out)
+}
+
+/// The whole dataset through `backfill`: the report, the seconds it took
+/// and the peak RSS during it.
+async fn timed_backfill(
+    target: &Target,
+    s: &Settings,
+) -> Result<(backfill_core::RunReport, f64, u64), String> {
+    let feed = full_feed(s, false);
+    reset_peak_rss();
+    let started = Instant::now();
+    let report = job(s)
+        .backfill(
+            target.store(),
+            &|d| fetch_from(&feed, d),
+            first_day()..=nth_day(s.days - 1),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((report, started.elapsed().as_secs_f64(), peak_rss()))
 }
 
 fn delta(before: Option<u64>, after: Option<u64>) -> Option<u64> {

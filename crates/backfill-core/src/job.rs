@@ -749,6 +749,17 @@ pub struct FailedDay {
     pub error: String,
 }
 
+impl fmt::Display for FailedDay {
+    /// One line of the run report's table.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:<10}  FAILED after {} attempts: {}",
+            self.day, self.attempts, self.error
+        )
+    }
+}
+
 /// What a backfill did, day by day, in day order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -828,11 +839,7 @@ impl fmt::Display for RunReport {
         let mut failed = self.failed.iter().peekable();
         for day in &self.days {
             while let Some(failure) = failed.next_if(|x| x.day < day.day) {
-                writeln!(
-                    f,
-                    "{:<10}  FAILED after {} attempts: {}",
-                    failure.day, failure.attempts, failure.error
-                )?;
+                writeln!(f, "{failure}")?;
             }
             line(
                 f,
@@ -843,11 +850,7 @@ impl fmt::Display for RunReport {
             )?;
         }
         for failure in failed {
-            writeln!(
-                f,
-                "{:<10}  FAILED after {} attempts: {}",
-                failure.day, failure.attempts, failure.error
-            )?;
+            writeln!(f, "{failure}")?;
         }
         for day in &self.skipped {
             writeln!(f, "{day:<10}  not started (fail-fast)")?;

@@ -100,7 +100,9 @@ pub enum Mode {
 pub struct Batch {
     day: NaiveDate,
     mode: Mode,
-    records: Arc<[Record]>,
+    // `Arc<Vec<_>>` rather than `Arc<[_]>`: wrapping takes the vector as
+    // it is, where a slice would copy a million-record batch once more.
+    records: Arc<Vec<Record>>,
 }
 
 impl Batch {
@@ -110,7 +112,7 @@ impl Batch {
         Self {
             day,
             mode,
-            records: records.into(),
+            records: Arc::new(records),
         }
     }
 

@@ -91,6 +91,44 @@ fn observed_job(attempts: u32) -> (Job, Arc<Mutex<Vec<NaiveDate>>>, Arc<AtomicUs
     (job, finished, retries)
 }
 
+/// A backfill hit by an outage: what `backfill_then_kill` hands back.
+struct Outage {
+    store: PostgresStore,
+    run: tokio::task::JoinHandle<backfill_core::Result<backfill_core::RunReport>>,
+    finished: Arc<Mutex<Vec<NaiveDate>>>,
+    retries: Arc<AtomicUsize>,
+    done_before_kill: usize,
+}
+
+/// Starts a backfill of every day (up to `attempts` tries a day) and kills
+/// the server 300 ms into it.
+async fn backfill_then_kill(
+    container: &ContainerAsync<Postgres>,
+    url: &str,
+    attempts: u32,
+) -> Outage {
+    let store = PostgresStore::builder()
+        .pool_size(4)
+        .connect(url)
+        .await
+        .unwrap();
+    let (job, finished, retries) = observed_job(attempts);
+    let run = {
+        let store = store.clone();
+        tokio::spawn(async move { job.backfill(&store, &fetch, day(0)..=day(DAYS - 1)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let done_before_kill = finished.lock().unwrap().len();
+    support::docker_cli(&["kill", container.id()]).unwrap();
+    Outage {
+        store,
+        run,
+        finished,
+        retries,
+        done_before_kill,
+    }
+}
+
 async fn oracle() -> Vec<Record> {
     let memory = MemoryStore::new();
     Job::new()
@@ -105,19 +143,9 @@ async fn backfill_completes_across_a_postgres_restart() {
     let Some((container, url)) = own_server().await else {
         return;
     };
-    let store = PostgresStore::builder()
-        .pool_size(4)
-        .connect(&url)
-        .await
-        .unwrap();
-    let (job, finished, retries) = observed_job(40);
-    let run = {
-        let store = store.clone();
-        tokio::spawn(async move { job.backfill(&store, &fetch, day(0)..=day(DAYS - 1)).await })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let before_outage = finished.lock().unwrap().len();
-    support::docker_cli(&["kill", container.id()]).unwrap();
+    let outage = backfill_then_kill(&container, &url, 40).await;
+    let (store, run, retries) = (outage.store, outage.run, outage.retries);
+    let before_outage = outage.done_before_kill;
     tokio::time::sleep(Duration::from_secs(3)).await;
     support::docker_cli(&["start", container.id()]).unwrap();
 
@@ -147,18 +175,8 @@ async fn a_postgres_that_never_returns_fails_the_remaining_days_only() {
     let Some((container, url)) = own_server().await else {
         return;
     };
-    let store = PostgresStore::builder()
-        .pool_size(4)
-        .connect(&url)
-        .await
-        .unwrap();
-    let (job, finished, _) = observed_job(3);
-    let run = {
-        let store = store.clone();
-        tokio::spawn(async move { job.backfill(&store, &fetch, day(0)..=day(DAYS - 1)).await })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    support::docker_cli(&["kill", container.id()]).unwrap();
+    let outage = backfill_then_kill(&container, &url, 3).await;
+    let (run, finished) = (outage.run, outage.finished);
 
     let failed: BTreeSet<NaiveDate> = match run.await.unwrap() {
         Err(Error::Backfill(e)) => {

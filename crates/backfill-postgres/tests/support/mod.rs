@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use backfill_postgres::PostgresStore;
+use backfill_postgres::{tokio_postgres, PostgresStore};
 use testcontainers_modules::postgres::Postgres;
 use testcontainers_modules::testcontainers::runners::AsyncRunner;
 use testcontainers_modules::testcontainers::ImageExt;
@@ -73,6 +73,30 @@ pub async fn store() -> Option<PostgresStore> {
             .await
             .unwrap_or_else(|e| panic!("connecting to the test Postgres: {e}")),
     )
+}
+
+/// The test server's connection settings with `password` in place of the
+/// right one; `None` (after saying why) when the server behind
+/// `BACKFILL_PG_URL` trusts every connection, so no password can be wrong.
+/// The test container always checks passwords.
+pub async fn config_with_password(password: &str) -> Option<tokio_postgres::Config> {
+    let mut config: tokio_postgres::Config = url().await?.parse().unwrap();
+    let mut probe = config.clone();
+    probe.password("");
+    if probe.connect(tokio_postgres::NoTls).await.is_ok() {
+        assert!(
+            std::env::var_os("BACKFILL_PG_URL").is_some(),
+            "the test container must check passwords"
+        );
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIPPING: BACKFILL_PG_URL trusts every connection; no password to get wrong"
+        );
+        return None;
+    }
+    config.password(password);
+    Some(config)
 }
 
 /// A schema name no other test uses.
