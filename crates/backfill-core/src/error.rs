@@ -50,9 +50,11 @@ pub enum Error {
         end: NaiveDate,
     },
 
-    /// A table, schema or other identifier that is not
-    /// `[A-Za-z_][A-Za-z0-9_]*` (at most 63 bytes). No SQL is ever built from it.
-    #[error("invalid {what} name {name:?}: expected [A-Za-z_][A-Za-z0-9_]*, at most 63 bytes")]
+    /// A table, schema or other identifier that is not `[a-z_][a-z0-9_]*`
+    /// (lowercase, at most 63 bytes; see
+    /// [`check_identifier`](crate::adapter::check_identifier)). No SQL is
+    /// ever built from it.
+    #[error("invalid {what} name {name:?}: expected [a-z_][a-z0-9_]* (lowercase), at most 63 bytes")]
     InvalidName {
         /// Which kind of name (`"table"`, `"schema"`).
         what: &'static str,

@@ -54,6 +54,7 @@
 #![doc(test(attr(deny(warnings))))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod adapter;
 mod error;
 mod fetch;
 mod job;
@@ -73,7 +74,7 @@ pub use job::{
 };
 pub use memory::MemoryStore;
 pub use record::{Record, MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
-pub use store::{check_identifier, Batch, Counts, Mode, Store};
+pub use store::{Batch, Counts, Mode, Store};
 pub use write::{upsert, EventDates, WriteOptions};
 
 // Re-exported for the `conformance_tests!` macro.

@@ -44,7 +44,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use backfill_core::{check_identifier, Batch, Counts, Error, Mode, Record, Result, Store};
+use backfill_core::adapter::check_identifier;
+use backfill_core::{Batch, Counts, Error, Mode, Record, Result, Store};
 use chrono::{DateTime, NaiveDate, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod};
 use tokio_postgres::error::SqlState;

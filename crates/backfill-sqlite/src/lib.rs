@@ -42,7 +42,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use backfill_core::{check_identifier, Batch, Counts, Error, Mode, Record, Result, Store};
+use backfill_core::adapter::check_identifier;
+use backfill_core::{Batch, Counts, Error, Mode, Record, Result, Store};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use rusqlite::types::Value;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
