@@ -4,7 +4,7 @@ use std::fmt;
 
 use chrono::NaiveDate;
 
-use crate::job::RunReport;
+use crate::job::BackfillError;
 
 /// A boxed error from a fetch function or a storage driver.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -124,12 +124,14 @@ impl Error {
     /// Whether the same operation may succeed if tried again.
     ///
     /// True for store errors the driver calls transient (lock contention,
-    /// deadlock, serialization failure, lost connection), for fetch errors
-    /// marked [`Transient`], and for timeouts.
+    /// deadlock, serialization failure, lost connection), for timeouts, and
+    /// for fetch errors with a [`Transient`] anywhere in their chain of
+    /// causes: returned as it is, wrapped as the `source` of your own error
+    /// type, or under an `anyhow` context.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Backend { retryable, .. } => *retryable,
-            Error::Fetch { source, .. } => source.is::<Transient>(),
+            Error::Fetch { source, .. } => Transient::is_in(&**source),
             Error::Timeout { .. } => true,
             _ => false,
         }
@@ -156,6 +158,15 @@ impl Error {
 /// Marks a fetch error as transient (a 503, a timeout, a reset connection),
 /// so the job retries the day under its retry policy.
 ///
+/// The job looks for a `Transient` along the fetch error's whole chain of
+/// causes, so it may be returned as it is, be the `source` of your own
+/// error type, or sit under `anyhow` contexts
+/// (`anyhow::Error::new(Transient::new(e)).context("fetching orders")`).
+/// One shape hides it: an `anyhow::Error` made directly from a `Transient`
+/// with no context, since anyhow then shows the `Transient`'s causes but
+/// not the `Transient` itself; wrap the other way round,
+/// `Transient::new(anyhow_error)`.
+///
 /// ```
 /// use backfill_core::{Record, Transient};
 /// use chrono::NaiveDate;
@@ -178,6 +189,18 @@ impl Transient {
     pub fn into_inner(self) -> BoxError {
         self.0
     }
+
+    /// Whether `error` or any of its causes is a `Transient`.
+    fn is_in(error: &(dyn std::error::Error + 'static)) -> bool {
+        let mut cause = Some(error);
+        while let Some(error) = cause {
+            if error.is::<Transient>() {
+                return true;
+            }
+            cause = error.source();
+        }
+        false
+    }
 }
 
 impl fmt::Display for Transient {
@@ -191,42 +214,6 @@ impl std::error::Error for Transient {
         Some(&*self.0)
     }
 }
-
-/// The failed days of a backfill, with the report of the days that
-/// succeeded.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct BackfillError {
-    /// Each failed day with its error, in day order.
-    pub failed: Vec<(NaiveDate, Error)>,
-    /// The days that succeeded.
-    pub report: RunReport,
-}
-
-impl fmt::Display for BackfillError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "backfill failed for {} of {} days",
-            self.failed.len(),
-            self.report.planned.len()
-        )?;
-        if !self.report.skipped.is_empty() {
-            write!(
-                f,
-                " ({} not started after the failure)",
-                self.report.skipped.len()
-            )?;
-        }
-        f.write_str(":")?;
-        for (day, error) in &self.failed {
-            write!(f, "\n  {day}: {error}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for BackfillError {}
 
 /// A record field, as named in [`Error::InvalidRecord`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -13,8 +13,9 @@
 //! - [`upsert`] validates a day's records, collapses duplicate keys and hands
 //!   the [`Batch`] to a [`Store`], which applies it in one transaction with
 //!   its engine's own conditional upsert. Identical rows are not written.
-//! - [`sync_one_day`] and [`backfill`] fetch through your [`Fetch`] function
-//!   and call `upsert`; they hold no write logic of their own.
+//! - A [`Job`] ([`sync_day`], [`backfill`], and the daily
+//!   [`Job::sync_with_lookback`]) fetches through your [`Fetch`] function
+//!   and calls `upsert`; it holds no write logic of its own.
 //!
 //! Stores: [`MemoryStore`] here, `backfill-sqlite` and `backfill-postgres`
 //! beside this crate, or your own: implement [`Store`] and run the
@@ -24,7 +25,7 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill_core::Result<()> {
-//! use backfill_core::{backfill, sync_one_day, MemoryStore, Record, Store};
+//! use backfill_core::{backfill, sync_day, MemoryStore, Record, Store};
 //! use chrono::NaiveDate;
 //!
 //! // Your upstream call: the records of one day.
@@ -45,7 +46,7 @@
 //! // Re-running anything writes nothing and changes nothing.
 //! let rerun = backfill(&store, &fetch, jan(2)..=jan(4)).await?;
 //! assert_eq!(rerun.totals().written(), 0);
-//! let day = sync_one_day(&store, &fetch, Some(jan(5))).await?;
+//! let day = sync_day(&store, &fetch, jan(5)).await?;
 //! assert_eq!(day.counts.unchanged, 3);
 //! assert_eq!(store.rows().await?.len(), 15);
 //! # Ok(()) }
@@ -64,25 +65,24 @@ mod store;
 mod write;
 
 #[cfg(any(feature = "conformance", test))]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 
-pub use error::{BackfillError, BoxError, Error, Field, Problem, Result, Transient};
+pub use error::{BoxError, Error, Field, Problem, Result, Transient};
 pub use fetch::Fetch;
 pub use job::{
-    backfill, sync_one_day, Clock, DayReport, Event, FailedDay, FixedClock, Job, Retry, RunReport,
-    SystemClock,
+    backfill, sync_day, BackfillError, Clock, DayReport, Event, FailedDay, FixedClock, Job, Retry,
+    RunReport, SystemClock,
 };
 pub use memory::MemoryStore;
 pub use record::{Record, MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
 pub use store::{Batch, Counts, Mode, Store};
 pub use write::{upsert, EventDates, WriteOptions};
 
-// Re-exported for the `conformance_tests!` macro.
+/// What the `conformance_tests!` macro's expansion needs, by a path that
+/// resolves wherever it expands. Not public API.
 #[cfg(any(feature = "conformance", test))]
 #[doc(hidden)]
-pub use tokio as __tokio;
-
-// Lets the conformance macro's `backfill_core::` paths resolve in this
-// crate's own tests.
-#[cfg(test)]
-extern crate self as backfill_core;
+pub mod __private {
+    pub use tokio;
+}

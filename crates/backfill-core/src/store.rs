@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::NaiveDate;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::record::Record;
 
 /// Where records are kept: an in-memory map, a SQLite file, a Postgres table,

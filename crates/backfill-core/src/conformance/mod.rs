@@ -1,0 +1,198 @@
+//! The conformance suite every [`Store`](crate::Store) must pass.
+//!
+//! **Test support, exempt from semver**: cases may be added or tightened in
+//! any release. Enabled by the `conformance` feature; add it to your
+//! adapter's `[dev-dependencies]` only.
+//!
+//! Each `pub async fn` proves one behaviour against the store it is given,
+//! and panics with a readable message if the store breaks it. The cases are
+//! grouped by what they prove:
+//!
+//! - `store.rs`: the write-path contract itself, [`Store::apply`] and the
+//!   reads ([`insert_into_empty`], [`stale_version_is_skipped`], …);
+//! - `job.rs`: the job engine through a store: backfills, retries, failures
+//!   and cancellation leave whole days ([`same_range_twice`], …);
+//! - `property.rs`: generated scenarios that shrink to a readable failure
+//!   ([`any_order_converges`], [`concurrency_matches_sequential`]).
+//!
+//! What the engine does without a store (plans, dry runs, timeouts) is
+//! tested in core itself and is not repeated here.
+//!
+//! Cases only add keys under their own prefixes and days, so they may run
+//! one after another on one store; run concurrently, each needs a store (or
+//! table) of its own, as [`conformance_tests!`](crate::conformance_tests)
+//! gives it. The suite compares every store with
+//! [`MemoryStore`](crate::MemoryStore), the reference implementation, byte
+//! for byte.
+//!
+//! [`Store::apply`]: crate::Store::apply
+
+mod helpers;
+mod job;
+mod property;
+mod store;
+
+pub use self::job::*;
+pub use self::property::*;
+pub use self::store::*;
+
+/// Expands to one test per conformance case, inside a module named
+/// `conformance`, so `cargo test conformance` runs exactly the suite and a
+/// failure names the behaviour.
+///
+/// The argument is an expression evaluated afresh in each test, inside the
+/// test's own runtime (a multi-threaded tokio runtime with two workers,
+/// which the expansion builds itself: the calling crate needs no tokio
+/// features). Names from the calling module are in scope. Three forms:
+///
+/// ```text
+/// // A future of the store under test (anything implementing `Store`).
+/// backfill_core::conformance_tests!(async { MyStore::open_in_memory().await.unwrap() });
+///
+/// // A future of `(store, guard)`: the guard (a temporary directory, a
+/// // server handle) lives as long as the test, beside the store.
+/// backfill_core::conformance_tests!(with_guard: async {
+///     let dir = tempfile::tempdir().unwrap();
+///     let store = MyStore::open(dir.path().join("records.db")).await.unwrap();
+///     (store, dir)
+/// });
+///
+/// // A future of `Option<store>`, for a store that needs a service:
+/// // `None` ends each test early (print why, and fail instead when the
+/// // service is required, e.g. in CI).
+/// backfill_core::conformance_tests!(optional: test_postgres_store());
+/// ```
+#[macro_export]
+macro_rules! conformance_tests {
+    // The one list of cases. A unit test in `backfill_core` fails when a
+    // `pub async fn` case is missing from it.
+    (@list $form:tt) => {
+        $crate::conformance_tests! { @cases $form;
+            // store.rs: the write-path contract
+            insert_into_empty,
+            newer_version_wins,
+            stale_version_is_skipped,
+            identical_reapply_writes_nothing,
+            tie_on_updated_at_resolved_by_value,
+            tie_on_value_resolved_by_event_date,
+            duplicate_keys_collapse_to_winner,
+            replace_deletes_only_missing_keys_of_that_day,
+            replace_with_empty_batch_empties_the_day,
+            invalid_record_writes_nothing,
+            wrong_day_rejected_in_strict_mode,
+            other_days_accepted_in_lenient_mode,
+            failure_mid_batch_leaves_nothing,
+            concurrent_overlapping_batches_converge,
+            unicode_keys_and_values,
+            sub_microsecond_timestamps,
+            large_batch,
+            empty_batch,
+            get_unknown_key,
+            day_rows_returns_one_day,
+            key_moves_between_days,
+            longest_key_and_large_value,
+            // job.rs: the engine through a store
+            same_range_twice,
+            daily_then_weekly_equals_weekly_alone,
+            failed_fetch_fails_only_its_day,
+            transient_failure_is_retried,
+            permanent_failure_is_listed_and_the_rest_written,
+            cancelled_backfill_leaves_whole_days,
+            panicking_fetch_fails_only_its_day,
+            // property.rs: generated scenarios
+            any_order_converges,
+            concurrency_matches_sequential,
+        }
+    };
+    (@cases names; $($case:ident),* $(,)?) => {
+        &[$(stringify!($case)),*]
+    };
+    (@cases ($form:ident $make:expr); $($case:ident),* $(,)?) => {
+        mod conformance {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[test]
+                fn $case() {
+                    $crate::__private::tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(2)
+                        .enable_all()
+                        .build()
+                        .expect("building the test's runtime")
+                        .block_on(async {
+                            $crate::conformance_tests!(@run $form $make, $case);
+                        });
+                }
+            )*
+        }
+    };
+    (@run required $make:expr, $case:ident) => {
+        let store = $make.await;
+        $crate::conformance::$case(&store).await;
+    };
+    (@run guarded $make:expr, $case:ident) => {
+        let (store, _guard) = $make.await;
+        $crate::conformance::$case(&store).await;
+    };
+    (@run optional $make:expr, $case:ident) => {
+        // `None`: the factory printed why the store is unavailable.
+        if let Some(store) = $make.await {
+            $crate::conformance::$case(&store).await;
+        }
+    };
+    (optional: $make:expr) => {
+        $crate::conformance_tests!(@list (optional $make));
+    };
+    (with_guard: $make:expr) => {
+        $crate::conformance_tests!(@list (guarded $make));
+    };
+    ($make:expr) => {
+        $crate::conformance_tests!(@list (required $make));
+    };
+}
+
+/// The name of every case [`conformance_tests!`](crate::conformance_tests)
+/// runs, in its order.
+pub const CASES: &[&str] = crate::conformance_tests!(@list names);
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    /// Every `pub async fn` of the case files is in the macro's list, and
+    /// the list names nothing else: a case written but not listed would
+    /// silently never run against any store.
+    #[test]
+    fn every_case_is_listed_once() {
+        let sources = [
+            include_str!("store.rs"),
+            include_str!("job.rs"),
+            include_str!("property.rs"),
+        ];
+        let written: BTreeSet<&str> = sources
+            .iter()
+            .flat_map(|source| source.lines())
+            .filter_map(|line| line.strip_prefix("pub async fn "))
+            .map(|rest| rest.split(['(', '<']).next().unwrap())
+            .collect();
+        let listed: BTreeSet<&str> = super::CASES.iter().copied().collect();
+        assert_eq!(listed.len(), super::CASES.len(), "a case is listed twice");
+        assert_eq!(
+            written.difference(&listed).collect::<Vec<_>>(),
+            Vec::<&&str>::new(),
+            "cases missing from conformance_tests!"
+        );
+        assert_eq!(
+            listed.difference(&written).collect::<Vec<_>>(),
+            Vec::<&&str>::new(),
+            "listed cases that do not exist"
+        );
+    }
+}
+
+#[cfg(test)]
+mod memory_store {
+    use crate::MemoryStore;
+
+    crate::conformance_tests!(async { MemoryStore::new() });
+}

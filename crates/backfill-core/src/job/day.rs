@@ -1,0 +1,144 @@
+//! Running one day: attempts under the retry policy, the per-day timeout,
+//! and a panic caught as the day's own error.
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::time::Instant;
+
+use chrono::NaiveDate;
+use futures_util::FutureExt;
+use tracing::Instrument;
+
+use super::event::Event;
+use super::report::DayReport;
+use super::Job;
+use crate::error::{BoxError, Error, Result};
+use crate::fetch::Fetch;
+use crate::store::{Counts, Store};
+use crate::write::upsert;
+
+impl Job {
+    /// One day, with retries; on failure, the last error and the attempts.
+    pub(super) async fn run_day<S, F>(
+        &self,
+        store: &S,
+        fetch: &F,
+        day: NaiveDate,
+    ) -> Result<DayReport, (Error, u32)>
+    where
+        S: Store + ?Sized,
+        F: Fetch + ?Sized,
+    {
+        let span = tracing::info_span!(
+            "day",
+            day = %day,
+            attempts = tracing::field::Empty,
+            inserted = tracing::field::Empty,
+            updated = tracing::field::Empty,
+            unchanged = tracing::field::Empty,
+            stale = tracing::field::Empty,
+            deleted = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let mut attempt = 0;
+        async {
+            loop {
+                attempt += 1;
+                self.emit(Event::DayStarted { day, attempt });
+                match self.attempt(store, fetch, day).await {
+                    Ok(counts) => {
+                        let span = tracing::Span::current();
+                        span.record("attempts", attempt);
+                        span.record("inserted", counts.inserted);
+                        span.record("updated", counts.updated);
+                        span.record("unchanged", counts.unchanged);
+                        span.record("stale", counts.stale);
+                        span.record("deleted", counts.deleted);
+                        tracing::info!("day synced");
+                        let mut report = DayReport::new(day, counts);
+                        report.attempts = attempt;
+                        report.elapsed = started.elapsed();
+                        self.emit(Event::DayFinished { report: &report });
+                        return Ok(report);
+                    }
+                    Err(error) if error.is_retryable() && attempt < self.retry.attempt_limit() => {
+                        let delay = self.retry.delay(attempt);
+                        tracing::warn!(attempt, ?delay, %error, "day failed, retrying");
+                        self.emit(Event::DayRetrying {
+                            day,
+                            attempt,
+                            error: &error,
+                            delay,
+                        });
+                        tokio::time::sleep(delay).await;
+                    }
+                    Err(error) => {
+                        tracing::Span::current().record("attempts", attempt);
+                        tracing::error!(attempt, %error, "day failed");
+                        self.emit(Event::DayFailed {
+                            day,
+                            attempts: attempt,
+                            error: &error,
+                        });
+                        return Err((error, attempt));
+                    }
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// One attempt: fetch, then the one write path. A panic in either is
+    /// caught and becomes this day's error.
+    async fn attempt<S, F>(&self, store: &S, fetch: &F, day: NaiveDate) -> Result<Counts>
+    where
+        S: Store + ?Sized,
+        F: Fetch + ?Sized,
+    {
+        let work = async {
+            let records = fetch
+                .fetch(day)
+                .await
+                .map_err(|source| fetch_error(day, source))?;
+            upsert(store, day, records, self.write).await
+        };
+        let work = AssertUnwindSafe(work).catch_unwind();
+        let outcome = match self.day_timeout {
+            Some(after) => tokio::time::timeout(after, work)
+                .await
+                .map_err(|_| Error::Timeout { day, after })?,
+            None => work.await,
+        };
+        outcome.unwrap_or_else(|panic| {
+            Err(Error::Panicked {
+                day,
+                message: panic_message(&*panic),
+            })
+        })
+    }
+}
+
+/// A fetch's error as the job reports it. A record rule broken while the
+/// fetch built its records (`Record::new(..)?`) is reported as the typed
+/// record error itself, not hidden inside `Error::Fetch`.
+fn fetch_error(day: NaiveDate, source: BoxError) -> Error {
+    match source.downcast::<Error>() {
+        Ok(error) if matches!(*error, Error::InvalidRecord { .. } | Error::WrongDay { .. }) => {
+            *error
+        }
+        Ok(error) => Error::Fetch { day, source: error },
+        Err(source) => Error::Fetch { day, source },
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(message) = panic.downcast_ref::<&str>() {
+        (*message).to_owned()
+    } else if let Some(message) = panic.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}
+

@@ -1,0 +1,63 @@
+//! [`Event`]s: what a job tells its observer while it runs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::NaiveDate;
+
+use super::report::{DayReport, RunReport};
+use crate::error::Error;
+
+/// The function given to [`Job::observer`](super::Job::observer).
+pub(super) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
+
+/// What a job reports while it runs, to the observer given to
+/// [`Job::observer`](super::Job::observer).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// A backfill is about to run these days, in this order.
+    RunStarted {
+        /// The planned days.
+        days: &'a [NaiveDate],
+    },
+    /// An attempt at a day begins.
+    DayStarted {
+        /// The day.
+        day: NaiveDate,
+        /// 1 for the first attempt.
+        attempt: u32,
+    },
+    /// An attempt failed with a retryable error; the day is tried again
+    /// after `delay`.
+    DayRetrying {
+        /// The day.
+        day: NaiveDate,
+        /// The attempt that failed.
+        attempt: u32,
+        /// Why it failed.
+        error: &'a Error,
+        /// The wait before the next attempt.
+        delay: Duration,
+    },
+    /// A day was synced.
+    DayFinished {
+        /// What it did.
+        report: &'a DayReport,
+    },
+    /// A day failed for good.
+    DayFailed {
+        /// The day.
+        day: NaiveDate,
+        /// Attempts made.
+        attempts: u32,
+        /// The last error.
+        error: &'a Error,
+    },
+    /// A backfill ended (successfully or not).
+    RunFinished {
+        /// Everything it did.
+        report: &'a RunReport,
+    },
+}
+

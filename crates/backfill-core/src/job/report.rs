@@ -1,0 +1,274 @@
+//! What a job did: [`DayReport`], [`FailedDay`], [`RunReport`], and the
+//! [`BackfillError`] a run with failed days returns.
+
+use std::fmt;
+use std::time::Duration;
+
+use chrono::NaiveDate;
+
+use crate::error::Error;
+use crate::store::Counts;
+
+#[cfg(feature = "serde")]
+fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
+/// What syncing one day did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct DayReport {
+    /// The day synced.
+    pub day: NaiveDate,
+    /// What the write did.
+    pub counts: Counts,
+    /// How many attempts it took.
+    pub attempts: u32,
+    /// Wall time of all attempts, retry delays included.
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "elapsed_ms", serialize_with = "as_millis")
+    )]
+    pub elapsed: Duration,
+    /// Whether this was a dry run: nothing fetched or written, no attempt
+    /// made (`attempts` is 0).
+    pub dry_run: bool,
+}
+
+impl DayReport {
+    /// A report of `day` synced in one attempt with `counts`, taking no
+    /// time; set the public fields for anything else. For tests of your own
+    /// observers and report handling:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backfill_core::{Counts, DayReport};
+    /// use chrono::NaiveDate;
+    ///
+    /// let mut counts = Counts::default();
+    /// counts.inserted = 10;
+    /// let mut report = DayReport::new(NaiveDate::from_ymd_opt(2026, 1, 1).unwrap(), counts);
+    /// report.attempts = 2;
+    /// report.elapsed = Duration::from_millis(40);
+    /// assert_eq!(report.counts.written(), 10);
+    /// ```
+    pub fn new(day: NaiveDate, counts: Counts) -> Self {
+        Self {
+            day,
+            counts,
+            attempts: 1,
+            elapsed: Duration::ZERO,
+            dry_run: false,
+        }
+    }
+}
+
+/// A day that failed for good.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct FailedDay {
+    /// The day.
+    pub day: NaiveDate,
+    /// Attempts made.
+    pub attempts: u32,
+    /// The last error, as text (the typed error is in
+    /// [`BackfillError::failed`]).
+    pub error: String,
+}
+
+impl FailedDay {
+    /// A day that failed after `attempts` with `error` (its text).
+    pub fn new(day: NaiveDate, attempts: u32, error: impl fmt::Display) -> Self {
+        Self {
+            day,
+            attempts,
+            error: error.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for FailedDay {
+    /// One line of the run report's table.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:<10}  FAILED after {} attempts: {}",
+            self.day, self.attempts, self.error
+        )
+    }
+}
+
+/// What a backfill did, day by day, in day order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct RunReport {
+    /// Every day of the range, in order.
+    pub planned: Vec<NaiveDate>,
+    /// One report per synced day, in day order.
+    pub days: Vec<DayReport>,
+    /// The days that failed, in day order.
+    pub failed: Vec<FailedDay>,
+    /// Days never started because of [`Job::fail_fast`](super::Job::fail_fast).
+    pub skipped: Vec<NaiveDate>,
+    /// Whether this was a dry run (nothing fetched or written).
+    pub dry_run: bool,
+    /// Wall time of the whole run.
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "elapsed_ms", serialize_with = "as_millis")
+    )]
+    pub elapsed: Duration,
+}
+
+impl RunReport {
+    /// An empty report of a run that planned `planned`; push the outcomes
+    /// into its public fields. For tests of your own report handling:
+    ///
+    /// ```
+    /// use backfill_core::{Counts, DayReport, FailedDay, RunReport};
+    /// use chrono::NaiveDate;
+    ///
+    /// let jan = |d| NaiveDate::from_ymd_opt(2026, 1, d).unwrap();
+    /// let mut report = RunReport::new(vec![jan(1), jan(2)]);
+    /// report.days.push(DayReport::new(jan(1), Counts::default()));
+    /// report.failed.push(FailedDay::new(jan(2), 3, "upstream returned 503"));
+    /// assert!(report.to_string().contains("FAILED after 3 attempts"));
+    /// ```
+    pub fn new(planned: Vec<NaiveDate>) -> Self {
+        Self {
+            planned,
+            ..Self::default()
+        }
+    }
+
+    /// The counts of all synced days added up.
+    pub fn totals(&self) -> Counts {
+        let mut total = Counts::default();
+        for day in &self.days {
+            total += day.counts;
+        }
+        total
+    }
+}
+
+impl fmt::Display for RunReport {
+    /// A table: one line per day, then the totals.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.dry_run {
+            write!(f, "dry run: would sync {} days:", self.planned.len())?;
+            for day in &self.planned {
+                write!(f, " {day}")?;
+            }
+            return Ok(());
+        }
+        writeln!(
+            f,
+            "{:<10}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>9}  {:>8}  {:>8}",
+            "day",
+            "inserted",
+            "updated",
+            "unchanged",
+            "stale",
+            "deleted",
+            "collapsed",
+            "attempts",
+            "ms"
+        )?;
+        let line = |f: &mut fmt::Formatter<'_>,
+                    label: &str,
+                    c: &Counts,
+                    attempts: u32,
+                    elapsed: Duration| {
+            writeln!(
+                f,
+                "{:<10}  {:>8}  {:>8}  {:>9}  {:>6}  {:>7}  {:>9}  {:>8}  {:>8.1}",
+                label,
+                c.inserted,
+                c.updated,
+                c.unchanged,
+                c.stale,
+                c.deleted,
+                c.collapsed,
+                attempts,
+                elapsed.as_secs_f64() * 1000.0
+            )
+        };
+        let mut failed = self.failed.iter().peekable();
+        for day in &self.days {
+            while let Some(failure) = failed.next_if(|x| x.day < day.day) {
+                writeln!(f, "{failure}")?;
+            }
+            line(
+                f,
+                &day.day.to_string(),
+                &day.counts,
+                day.attempts,
+                day.elapsed,
+            )?;
+        }
+        for failure in failed {
+            writeln!(f, "{failure}")?;
+        }
+        for day in &self.skipped {
+            writeln!(f, "{day:<10}  not started (fail-fast)")?;
+        }
+        let attempts = self.days.iter().map(|d| d.attempts).sum();
+        line(f, "total", &self.totals(), attempts, self.elapsed)?;
+        write!(
+            f,
+            "{} of {} days synced, rows written: {}",
+            self.days.len(),
+            self.planned.len(),
+            self.totals().written()
+        )
+    }
+}
+
+
+/// The failed days of a backfill, with the report of the days that
+/// succeeded: [`Error::Backfill`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct BackfillError {
+    /// Each failed day with its error, in day order.
+    pub failed: Vec<(NaiveDate, Error)>,
+    /// The whole run: the days that succeeded, the failed ones as text, the
+    /// ones never started.
+    pub report: RunReport,
+}
+
+impl BackfillError {
+    /// The error of a run whose `report` lists the days that failed with
+    /// the errors in `failed`.
+    pub fn new(failed: Vec<(NaiveDate, Error)>, report: RunReport) -> Self {
+        Self { failed, report }
+    }
+}
+
+impl fmt::Display for BackfillError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "backfill failed for {} of {} days",
+            self.failed.len(),
+            self.report.planned.len()
+        )?;
+        if !self.report.skipped.is_empty() {
+            write!(
+                f,
+                " ({} not started after the failure)",
+                self.report.skipped.len()
+            )?;
+        }
+        f.write_str(":")?;
+        for (day, error) in &self.failed {
+            write!(f, "\n  {day}: {error}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for BackfillError {}

@@ -1,0 +1,379 @@
+//! The engine's own tests, on `MemoryStore`: what a job does without any
+//! store-specific behaviour (plans, dry runs, timeouts, retries, events,
+//! reports). What a job must leave in a store is in the conformance suite.
+
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDate, TimeZone, Utc};
+use chrono_tz::Tz;
+
+use super::*;
+use crate::{BoxError, Counts, MemoryStore, Record, Store, Transient};
+
+fn utc(y: i32, m: u32, d: u32, h: u32, min: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(y, m, d, h, min, 0).unwrap()
+}
+
+fn date(y: i32, m: u32, d: u32) -> NaiveDate {
+    NaiveDate::from_ymd_opt(y, m, d).unwrap()
+}
+
+fn today_in(zone: Tz, now: DateTime<Utc>) -> NaiveDate {
+    Job::new().clock(FixedClock(now)).time_zone(zone).today()
+}
+
+#[test]
+fn today_follows_the_zone_across_dst_changes() {
+    let ny = chrono_tz::America::New_York;
+    // Spring forward, 2026-03-08: 02:00 EST becomes 03:00 EDT (07:00 UTC).
+    assert_eq!(today_in(ny, utc(2026, 3, 8, 4, 59)), date(2026, 3, 7)); // 23:59 EST
+    assert_eq!(today_in(ny, utc(2026, 3, 8, 5, 0)), date(2026, 3, 8)); // 00:00 EST
+    assert_eq!(today_in(ny, utc(2026, 3, 9, 3, 59)), date(2026, 3, 8)); // 23:59 EDT
+    assert_eq!(today_in(ny, utc(2026, 3, 9, 4, 0)), date(2026, 3, 9)); // 00:00 EDT
+                                                                       // Fall back, 2026-11-01: the day is 25 hours long.
+    assert_eq!(today_in(ny, utc(2026, 11, 1, 4, 0)), date(2026, 11, 1)); // 00:00 EDT
+    assert_eq!(today_in(ny, utc(2026, 11, 2, 4, 59)), date(2026, 11, 1)); // 23:59 EST
+    assert_eq!(today_in(ny, utc(2026, 11, 2, 5, 0)), date(2026, 11, 2));
+}
+
+#[test]
+fn today_far_from_utc() {
+    let kiritimati = chrono_tz::Pacific::Kiritimati; // UTC+14
+    let pago_pago = chrono_tz::Pacific::Pago_Pago; // UTC-11
+    let now = utc(2026, 6, 30, 12, 0);
+    assert_eq!(today_in(kiritimati, now), date(2026, 7, 1));
+    assert_eq!(today_in(pago_pago, now), date(2026, 6, 30));
+    assert_eq!(
+        today_in(pago_pago, utc(2026, 7, 1, 10, 59)),
+        date(2026, 6, 30)
+    );
+    assert_eq!(Job::new().clock(FixedClock(now)).today(), date(2026, 6, 30));
+}
+
+fn fetch_ok(day: NaiveDate) -> std::future::Ready<Result<Vec<Record>, Transient>> {
+    let at = day.and_hms_opt(1, 0, 0).unwrap().and_utc();
+    std::future::ready(Ok(vec![
+        Record::new(format!("k:{day}"), day, "v", at).unwrap()
+    ]))
+}
+
+#[tokio::test]
+async fn observer_sees_every_event_in_order_for_a_day() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&seen);
+    let calls = AtomicU32::new(0);
+    let fetch = |day: NaiveDate| {
+        if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            std::future::ready(Err(Transient::new("503")))
+        } else {
+            fetch_ok(day)
+        }
+    };
+    let job = Job::new()
+        .retry(Retry::default().backoff(Duration::ZERO, Duration::ZERO))
+        .observer(move |event| {
+            let line = match event {
+                Event::RunStarted { days } => format!("run {}", days.len()),
+                Event::DayStarted { day, attempt } => format!("start {day} #{attempt}"),
+                Event::DayRetrying { day, attempt, .. } => format!("retry {day} #{attempt}"),
+                Event::DayFinished { report } => {
+                    format!("done {} {}", report.day, report.counts.inserted)
+                }
+                Event::DayFailed { day, .. } => format!("failed {day}"),
+                Event::RunFinished { report } => format!("end {}", report.days.len()),
+            };
+            sink.lock().unwrap().push(line);
+        });
+    let store = MemoryStore::new();
+    job.backfill(&store, &fetch, date(2026, 1, 1)..=date(2026, 1, 2))
+        .await
+        .unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            "run 2",
+            "start 2026-01-01 #1",
+            "retry 2026-01-01 #1",
+            "start 2026-01-01 #2",
+            "done 2026-01-01 1",
+            "start 2026-01-02 #1",
+            "done 2026-01-02 1",
+            "end 2",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn fail_fast_stops_starting_days() {
+    let fetch = |day: NaiveDate| {
+        if day == date(2026, 1, 2) {
+            std::future::ready(Err(Transient::new("down")))
+        } else {
+            fetch_ok(day)
+        }
+    };
+    let store = MemoryStore::new();
+    let job = Job::new().retry(Retry::none()).fail_fast(true);
+    let Err(Error::Backfill(e)) = job
+        .backfill(&store, &fetch, date(2026, 1, 1)..=date(2026, 1, 5))
+        .await
+    else {
+        panic!("expected a failed backfill");
+    };
+    assert_eq!(e.report.days.len(), 1);
+    assert_eq!(
+        e.report.skipped,
+        [date(2026, 1, 3), date(2026, 1, 4), date(2026, 1, 5)]
+    );
+    assert_eq!(e.failed.len(), 1);
+    let text = e.to_string();
+    assert!(
+        text.contains("1 of 5 days") && text.contains("2026-01-02"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn report_renders_as_a_table_and_json() {
+    let store = MemoryStore::new();
+    let report = Job::new()
+        .backfill(&store, &fetch_ok, date(2026, 1, 1)..=date(2026, 1, 3))
+        .await
+        .unwrap();
+    let table = report.to_string();
+    let lines: Vec<_> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("day") && lines[0].contains("unchanged"),
+        "{table}"
+    );
+    assert!(lines[1].starts_with("2026-01-01"), "{table}");
+    assert!(lines[4].starts_with("total"), "{table}");
+    assert!(
+        table.ends_with("3 of 3 days synced, rows written: 3"),
+        "{table}"
+    );
+    let dry = Job::new().dry_run(true);
+    let plan = dry.backfill(&store, &fetch_ok, date(2026, 1, 1)..=date(2026, 1, 2));
+    assert_eq!(
+        plan.await.unwrap().to_string(),
+        "dry run: would sync 2 days: 2026-01-01 2026-01-02"
+    );
+    #[cfg(feature = "serde")]
+    {
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["days"][0]["day"], "2026-01-01");
+        assert_eq!(json["days"][0]["counts"]["inserted"], 1);
+        assert_eq!(json["days"][0]["attempts"], 1);
+        assert!(json["days"][0]["elapsed_ms"].is_f64());
+        assert_eq!(json["planned"].as_array().unwrap().len(), 3);
+    }
+}
+
+#[tokio::test]
+async fn lookback_resyncs_today_and_the_days_before() {
+    let job = Job::new().clock(FixedClock(utc(2026, 4, 10, 15, 0)));
+    let store = MemoryStore::new();
+    let report = job.sync_with_lookback(&store, &fetch_ok, 3).await.unwrap();
+    let days: Vec<_> = report.days.iter().map(|d| d.day).collect();
+    assert_eq!(
+        days,
+        [
+            date(2026, 4, 7),
+            date(2026, 4, 8),
+            date(2026, 4, 9),
+            date(2026, 4, 10)
+        ]
+    );
+    let again = job.sync_with_lookback(&store, &fetch_ok, 3).await.unwrap();
+    assert_eq!(again.totals().written(), 0);
+}
+
+/// A day's records, `n` of them.
+fn records_of(d: NaiveDate, n: usize) -> Vec<Record> {
+    let at = d.and_hms_opt(2, 0, 0).unwrap().and_utc();
+    (0..n)
+        .map(|i| Record::new(format!("k:{d}:{i}"), d, "v", at).unwrap())
+        .collect()
+}
+
+/// A backfill whose start is after its end fails with `InvalidRange`
+/// before fetching anything.
+#[tokio::test]
+async fn inverted_range_is_an_error() {
+    let calls = AtomicUsize::new(0);
+    let fetch = |d: NaiveDate| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(Ok::<_, std::io::Error>(records_of(d, 1)))
+    };
+    let store = MemoryStore::new();
+    match Job::new()
+        .backfill(&store, &fetch, date(2026, 1, 5)..=date(2026, 1, 4))
+        .await
+    {
+        Err(Error::InvalidRange { start, end }) => {
+            assert_eq!((start, end), (date(2026, 1, 5), date(2026, 1, 4)))
+        }
+        other => panic!("expected InvalidRange, got {other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert!(store.rows().await.unwrap().is_empty());
+}
+
+/// A dry run returns the plan without fetching or writing, from every
+/// entry point.
+#[tokio::test]
+async fn dry_run_fetches_and_writes_nothing() {
+    let calls = AtomicUsize::new(0);
+    let fetch = |d: NaiveDate| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(Ok::<_, std::io::Error>(records_of(d, 2)))
+    };
+    let store = MemoryStore::new();
+    let job = Job::new()
+        .clock(FixedClock(utc(2026, 1, 24, 12, 0)))
+        .dry_run(true)
+        .concurrency(4);
+    let report = job
+        .backfill(&store, &fetch, date(2026, 1, 20)..=date(2026, 1, 24))
+        .await
+        .unwrap();
+    assert!(report.dry_run);
+    assert_eq!(
+        report.planned,
+        (20..=24).map(|d| date(2026, 1, d)).collect::<Vec<_>>()
+    );
+    assert!(report.days.is_empty());
+    let recent = job.sync_with_lookback(&store, &fetch, 1).await.unwrap();
+    assert!(recent.dry_run);
+    assert_eq!(recent.planned, [date(2026, 1, 23), date(2026, 1, 24)]);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert!(store.rows().await.unwrap().is_empty());
+}
+
+/// `dry_run(true)` holds for a single day too: `sync_day` and `sync_today`
+/// fetch nothing and write nothing, and say so in their report.
+#[tokio::test]
+async fn dry_run_holds_for_a_single_day() {
+    let calls = AtomicUsize::new(0);
+    let fetch = |d: NaiveDate| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(Ok::<_, std::io::Error>(records_of(d, 2)))
+    };
+    let store = MemoryStore::new();
+    let job = Job::new()
+        .clock(FixedClock(utc(2026, 2, 3, 12, 0)))
+        .dry_run(true);
+    let report = job.sync_day(&store, &fetch, date(2026, 2, 1)).await.unwrap();
+    assert!(report.dry_run);
+    assert_eq!((report.day, report.attempts), (date(2026, 2, 1), 0));
+    assert_eq!(report.counts, Counts::default());
+    let today = job.sync_today(&store, &fetch).await.unwrap();
+    assert!(today.dry_run);
+    assert_eq!(today.day, date(2026, 2, 3));
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "a dry run fetched");
+    assert!(store.rows().await.unwrap().is_empty(), "a dry run wrote");
+    // The same job without dry run does both.
+    let job = job.dry_run(false);
+    let real = job.sync_day(&store, &fetch, date(2026, 2, 1)).await.unwrap();
+    assert!(!real.dry_run);
+    assert_eq!((real.attempts, real.counts.inserted), (1, 2));
+}
+
+/// A fetch that never returns fails its day with `Timeout` under the job's
+/// per-day timeout, and is retried like any transient failure.
+#[tokio::test]
+async fn hung_fetch_times_out_and_is_retried() {
+    let calls = AtomicUsize::new(0);
+    let fetch = |_: NaiveDate| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        std::future::pending::<Result<Vec<Record>, std::io::Error>>()
+    };
+    let store = MemoryStore::new();
+    let job = Job::new()
+        .retry(
+            Retry::default()
+                .max_attempts(2)
+                .backoff(Duration::ZERO, Duration::ZERO),
+        )
+        .day_timeout(Duration::from_millis(50));
+    match job.sync_day(&store, &fetch, date(2026, 3, 1)).await {
+        Err(Error::Timeout { day, .. }) => assert_eq!(day, date(2026, 3, 1)),
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "a timeout is retried");
+    assert!(store.rows().await.unwrap().is_empty());
+}
+
+/// The user's own error type whose cause is a `Transient`.
+#[derive(Debug)]
+struct ClientError(Transient);
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("orders API client failed")
+    }
+}
+
+impl std::error::Error for ClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// A `Transient` is found anywhere in a fetch error's chain of causes:
+/// inside the user's own error type and under `anyhow` contexts, so the
+/// day is retried; an error with no `Transient` in its chain is not.
+#[tokio::test]
+async fn transient_is_found_anywhere_in_the_chain() {
+    async fn attempts_until_success<E, G>(make_error: G) -> u32
+    where
+        E: Into<BoxError> + Send + 'static,
+        G: Fn() -> E + Send + Sync,
+    {
+        let calls = AtomicU32::new(0);
+        let fetch = |d: NaiveDate| {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            let result = if n == 0 { Err(make_error()) } else { Ok(records_of(d, 1)) };
+            std::future::ready(result)
+        };
+        let job = Job::new().retry(Retry::default().backoff(Duration::ZERO, Duration::ZERO));
+        let store = MemoryStore::new();
+        match job.sync_day(&store, &fetch, date(2026, 4, 1)).await {
+            Ok(report) => report.attempts,
+            Err(_) => calls.load(Ordering::SeqCst),
+        }
+    }
+    assert_eq!(attempts_until_success(|| Transient::new("503")).await, 2);
+    assert_eq!(
+        attempts_until_success(|| ClientError(Transient::new("503"))).await,
+        2,
+        "a Transient inside the user's own error type"
+    );
+    assert_eq!(
+        attempts_until_success(|| {
+            anyhow::Error::new(Transient::new("503")).context("fetching orders")
+        })
+        .await,
+        2,
+        "a Transient under an anyhow context"
+    );
+    assert_eq!(
+        attempts_until_success(|| {
+            anyhow::Error::new(ClientError(Transient::new("503")))
+                .context("page 3")
+                .context("fetching orders")
+        })
+        .await,
+        2,
+        "a Transient two contexts and one wrapper deep"
+    );
+    assert_eq!(
+        attempts_until_success(|| anyhow::anyhow!("schema changed").context("fetching orders"))
+            .await,
+        1,
+        "an error with no Transient in its chain is not retried"
+    );
+}
+
