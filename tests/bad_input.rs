@@ -83,7 +83,7 @@ async fn rejects(bad: fn() -> Result<Record, Error>, field: Field, problem: Prob
         Ok::<_, Error>(vec![good(0, "v2"), good(9, "new"), bad()?])
     };
     each_store(
-        async |name, store| match job().sync_one_day(store, &fetch, Some(day())).await {
+        async |name, store| match job().sync_day(store, &fetch, day()).await {
             Err(Error::InvalidRecord {
                 field: f,
                 problem: p,
@@ -231,7 +231,7 @@ async fn record_of_another_day_in_strict_mode() {
         Ok::<_, Error>(vec![good(0, "v2"), Record::new("late", other, "v", at())?])
     };
     each_store(
-        async |name, store| match job().sync_one_day(store, &fetch, Some(day())).await {
+        async |name, store| match job().sync_day(store, &fetch, day()).await {
             Err(Error::WrongDay {
                 expected, found, ..
             }) => {
@@ -388,7 +388,7 @@ async fn sqlite_read_only_database() {
         Ok(store) => {
             let fetch =
                 |_: NaiveDate| async { Ok::<_, Error>(vec![good(0, "v2"), good(5, "new")]) };
-            match job().sync_one_day(&store, &fetch, Some(day())).await {
+            match job().sync_day(&store, &fetch, day()).await {
                 Err(
                     e @ Error::Backend {
                         backend: "sqlite", ..
@@ -425,7 +425,7 @@ async fn sqlite_file_that_is_not_a_database() {
 async fn fetch_returns_an_error() {
     let fetch = |_: NaiveDate| async { Err::<Vec<Record>, _>(std::io::Error::other("HTTP 500")) };
     each_store(
-        async |name, store| match job().sync_one_day(store, &fetch, Some(day())).await {
+        async |name, store| match job().sync_day(store, &fetch, day()).await {
             Err(Error::Fetch { day: d, source }) => {
                 assert_eq!(d, day());
                 assert!(
@@ -450,7 +450,7 @@ async fn fetch_panics() {
     let stores = stores().await;
     for (name, store) in &stores.list {
         let before = store.rows().await.unwrap();
-        match job().sync_one_day(store, &fetch, Some(day())).await {
+        match job().sync_day(store, &fetch, day()).await {
             Err(Error::Panicked { day: d, .. }) => assert_eq!(d, day()),
             other => panic!("{name}: expected Panicked, got {other:?}"),
         }
@@ -468,7 +468,7 @@ async fn fetch_never_returns() {
     let fetch = |_: NaiveDate| std::future::pending::<Result<Vec<Record>, Error>>();
     each_store(async |name, store| {
         let job = job().day_timeout(Duration::from_millis(200));
-        match job.sync_one_day(store, &fetch, Some(day())).await {
+        match job.sync_day(store, &fetch, day()).await {
             Err(e @ Error::Timeout { .. }) => assert!(e.is_retryable()),
             other => panic!("{name}: expected Timeout, got {other:?}"),
         }
@@ -499,7 +499,7 @@ async fn a_million_records_in_one_batch() {
     for (name, store) in &stores.list {
         let started = std::time::Instant::now();
         let report = job()
-            .sync_one_day(store, &fetch, Some(day()))
+            .sync_day(store, &fetch, day())
             .await
             .unwrap();
         assert_eq!(report.counts.inserted, u64::from(N), "{name}");

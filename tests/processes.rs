@@ -202,7 +202,7 @@ impl Spec {
             // escape to the caller.
             .retry(
                 Retry::default()
-                    .attempts(10)
+                    .max_attempts(10)
                     .backoff(Duration::from_millis(20), Duration::from_millis(500)),
             )
     }

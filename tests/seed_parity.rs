@@ -66,7 +66,7 @@ async fn daily_then_weekly_converges_with_weekly_alone_in_every_store() {
         for store in stores().await {
             let job = Job::new().mode(mode);
             for d in 1..=7 {
-                job.sync_one_day(&store, &fetcher(20, 0), Some(jan(d)))
+                job.sync_day(&store, &fetcher(20, 0), jan(d))
                     .await
                     .unwrap();
             }
@@ -78,7 +78,7 @@ async fn daily_then_weekly_converges_with_weekly_alone_in_every_store() {
             let alone = MemoryStore::new();
             if mode == Mode::Merge {
                 for d in 1..=7 {
-                    job.sync_one_day(&alone, &fetcher(20, 0), Some(jan(d)))
+                    job.sync_day(&alone, &fetcher(20, 0), jan(d))
                         .await
                         .unwrap();
                 }

@@ -294,7 +294,7 @@ pub(crate) async fn run_store(
         let started = Instant::now();
         let report = job(s)
             .mode(mode)
-            .sync_one_day(target.store(), &|d| fetch_from(&feed, d), Some(day))
+            .sync_day(target.store(), &|d| fetch_from(&feed, d), day)
             .await
             .map_err(|e| e.to_string())?;
         let seconds = started.elapsed().as_secs_f64();
@@ -364,7 +364,7 @@ pub(crate) async fn run_store(
             let feed = Feed::new([(day, day_records(day, s.per_day, false))]);
             let started = Instant::now();
             job(s)
-                .sync_one_day(target.store(), &|d| fetch_from(&feed, d), Some(day))
+                .sync_day(target.store(), &|d| fetch_from(&feed, d), day)
                 .await
                 .map_err(|e| e.to_string())?;
             *best = best.min(started.elapsed().as_secs_f64());

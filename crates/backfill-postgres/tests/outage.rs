@@ -78,7 +78,7 @@ fn observed_job(attempts: u32) -> (Job, Arc<Mutex<Vec<NaiveDate>>>, Arc<AtomicUs
         .concurrency(2)
         .retry(
             Retry::default()
-                .attempts(attempts)
+                .max_attempts(attempts)
                 .backoff(Duration::from_millis(200), Duration::from_secs(1)),
         )
         .observer(move |event| match event {

@@ -1,9 +1,6 @@
 //! The shared conformance suite, against an in-memory database and a file.
 
-use async_trait::async_trait;
-use backfill_core::{Batch, Counts, Record, Result, Store};
 use backfill_sqlite::SqliteStore;
-use chrono::NaiveDate;
 
 mod in_memory {
     use super::*;
@@ -14,38 +11,12 @@ mod in_memory {
 mod on_file {
     use super::*;
 
-    backfill_core::conformance_tests!(FileStore::new());
-}
-
-/// A store on a file in a temporary directory, removed when dropped.
-#[derive(Debug)]
-struct FileStore {
-    store: SqliteStore,
-    _dir: tempfile::TempDir,
-}
-
-impl FileStore {
-    async fn new() -> Self {
+    // The temporary directory lives as long as each test, beside the store.
+    backfill_core::conformance_tests!(with_guard: async {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path().join("records.db"))
             .await
             .unwrap();
-        Self { store, _dir: dir }
-    }
-}
-
-#[async_trait]
-impl Store for FileStore {
-    async fn get(&self, key: &str) -> Result<Option<Record>> {
-        self.store.get(key).await
-    }
-    async fn rows(&self) -> Result<Vec<Record>> {
-        self.store.rows().await
-    }
-    async fn day_rows(&self, day: NaiveDate) -> Result<Vec<Record>> {
-        self.store.day_rows(day).await
-    }
-    async fn apply(&self, batch: &Batch) -> Result<Counts> {
-        self.store.apply(batch).await
-    }
+        (store, dir)
+    });
 }
