@@ -1,5 +1,5 @@
 //! The quickstart against Postgres: backfill five days, re-run the same
-//! backfill, then run the daily sync for today.
+//! backfill, then run the daily sync (yesterday and today).
 //!
 //! ```text
 //! BACKFILL_PG_URL=postgres://user:password@localhost/db \

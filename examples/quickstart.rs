@@ -1,5 +1,5 @@
 //! Quickstart: backfill five days into SQLite, re-run the same backfill, then
-//! run the daily sync for today.
+//! run the daily sync (yesterday and today).
 //!
 //! ```text
 //! cargo run --example quickstart [PATH.db]

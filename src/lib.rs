@@ -1,10 +1,13 @@
 //! **backfill**: one idempotent write path for a data pipeline's daily sync
 //! and its backfill.
 //!
-//! This facade re-exports [`backfill_core`] and, behind features, the stores:
-//! `sqlite` (default) as `sqlite`, `postgres` as `postgres`. See the
-//! [README](https://github.com/backfill-rs/backfill#readme) for the pattern
-//! and its guarantees.
+//! This is the workspace's own facade, for its examples and cross-store
+//! tests; it is not published. Applications depend on `backfill-core` plus
+//! one store crate (`backfill-sqlite` or `backfill-postgres`): see the
+//! README's install section. The facade re-exports [`backfill_core`]'s items
+//! by name and, behind features, the stores: `sqlite` (default) as
+//! [`sqlite`], `postgres` as [`postgres`]. Its features forward to the
+//! crates': `serde`, `tls` (Postgres over TLS), `conformance`.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill::Result<()> {
@@ -27,17 +30,37 @@
 //! ```
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub use backfill_core::*;
+pub use backfill_core::{
+    adapter, backfill, sync_day, upsert, BackfillError, Batch, BoxError, Clock, Counts, DayReport,
+    Error, Event, EventDates, FailedDay, Fetch, Field, FixedClock, Job, MemoryStore, Mode, Problem,
+    Record, Result, Retry, RunReport, Store, SystemClock, Transient, WriteOptions, MAX_KEY_BYTES,
+    MAX_YEAR, MIN_YEAR,
+};
+
+/// The conformance suite every store must pass (test support, exempt from
+/// semver): [`backfill_core::conformance`].
+#[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
+pub use backfill_core::{conformance, conformance_tests};
 
 /// The SQLite store ([`backfill_sqlite`]).
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite {
-    pub use backfill_sqlite::*;
+    pub use backfill_sqlite::{
+        SqliteStore, SqliteStoreBuilder, DATE_FORMAT, DEFAULT_TABLE, INSTANT_FORMAT,
+    };
 }
 
 /// The Postgres store ([`backfill_postgres`]).
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres {
-    pub use backfill_postgres::*;
+    pub use backfill_postgres::{
+        deadpool_postgres, tokio_postgres, Difference, PostgresStore, PostgresStoreBuilder,
+        TableMismatch, DEFAULT_CHUNK_BYTES, DEFAULT_CHUNK_ROWS, DEFAULT_SCHEMA, DEFAULT_TABLE,
+        MAX_VALUE_BYTES,
+    };
 }

@@ -2,14 +2,12 @@
 //! typed error (asserted by variant, never by message) and leaves the store
 //! exactly as it was.
 
-#[path = "../crates/backfill-postgres/tests/support/mod.rs"]
-mod support;
-
 use std::time::Duration;
 
 use backfill::postgres::PostgresStore;
 use backfill::sqlite::SqliteStore;
 use backfill::{Error, Field, Job, Problem, Record, Retry, Store};
+use backfill_testkit as testkit;
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 
 fn day() -> NaiveDate {
@@ -41,7 +39,7 @@ async fn stores() -> Stores {
                 .unwrap(),
         ),
     )];
-    if let Some(store) = support::store().await {
+    if let Some(store) = testkit::store().await {
         list.push(("postgres", Box::new(store)));
     }
     for (_, store) in &list {
@@ -291,10 +289,10 @@ async fn invalid_and_hostile_sqlite_table_names() {
 
 #[tokio::test]
 async fn invalid_and_hostile_postgres_names() {
-    let Some(url) = support::url().await else {
+    let Some(url) = testkit::url().await else {
         return;
     };
-    let store = support::store().await.unwrap();
+    let store = testkit::store().await.unwrap();
     backfill::upsert(&store, day(), vec![good(0, "v1")], Default::default())
         .await
         .unwrap();
@@ -333,10 +331,10 @@ async fn unreachable_postgres_server() {
 
 #[tokio::test]
 async fn wrong_postgres_password() {
-    let Some(config) = support::config_with_password("wrong").await else {
+    let Some(config) = testkit::config_with_password("wrong").await else {
         return;
     };
-    let store = support::store().await.unwrap();
+    let store = testkit::store().await.unwrap();
     backfill::upsert(&store, day(), vec![good(0, "v1")], Default::default())
         .await
         .unwrap();
@@ -498,10 +496,7 @@ async fn a_million_records_in_one_batch() {
     let stores = stores().await;
     for (name, store) in &stores.list {
         let started = std::time::Instant::now();
-        let report = job()
-            .sync_day(store, &fetch, day())
-            .await
-            .unwrap();
+        let report = job().sync_day(store, &fetch, day()).await.unwrap();
         assert_eq!(report.counts.inserted, u64::from(N), "{name}");
         assert_eq!(
             store.day_rows(day()).await.unwrap().len(),

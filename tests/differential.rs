@@ -2,12 +2,10 @@
 //! order to each store, leave byte-identical rows in `MemoryStore`,
 //! `SqliteStore` and `PostgresStore`.
 
-#[path = "../crates/backfill-postgres/tests/support/mod.rs"]
-mod support;
-
 use backfill::postgres::PostgresStore;
 use backfill::sqlite::SqliteStore;
 use backfill::{upsert, EventDates, MemoryStore, Record, Store, WriteOptions};
+use backfill_testkit as testkit;
 use chrono::{Duration, NaiveDate, TimeZone, Utc};
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -48,7 +46,7 @@ async fn apply_all(store: &dyn Store, batches: &[(NaiveDate, Vec<Record>)], orde
 #[test]
 fn stores_agree_byte_for_byte() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let Some(url) = rt.block_on(support::url()) else {
+    let Some(url) = rt.block_on(testkit::url()) else {
         return;
     };
     let strategy = (
@@ -71,7 +69,7 @@ fn stores_agree_byte_for_byte() {
                 let memory = MemoryStore::new();
                 let sqlite = SqliteStore::open_in_memory().await.unwrap();
                 let postgres = PostgresStore::builder()
-                    .schema(support::unique_schema())
+                    .schema(testkit::unique_schema())
                     .pool_size(1)
                     .connect(&url)
                     .await

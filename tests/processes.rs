@@ -6,15 +6,13 @@
 //! A failure prints the seed that reproduces it; `BACKFILL_SEED=<n>` runs
 //! that seed first.
 
-#[path = "../crates/backfill-postgres/tests/support/mod.rs"]
-mod support;
-
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use backfill::postgres::PostgresStore;
 use backfill::sqlite::SqliteStore;
 use backfill::{Job, MemoryStore, Mode, Record, Retry, Store};
+use backfill_testkit as testkit;
 use chrono::{Datelike, NaiveDate, TimeZone, Utc};
 use serde_json::{json, Value};
 
@@ -166,12 +164,12 @@ async fn places(name: &str) -> Vec<(&'static str, Place, Option<tempfile::TempDi
         Place::Sqlite(dir.path().join(format!("{name}.db"))),
         Some(dir),
     )];
-    if let Some(url) = support::url().await {
+    if let Some(url) = testkit::url().await {
         out.push((
             "postgres",
             Place::Postgres {
                 url,
-                schema: support::unique_schema(),
+                schema: testkit::unique_schema(),
             },
             None,
         ));
@@ -403,7 +401,7 @@ async fn overlapping_jobs_in_separate_processes_converge() {
                 }
                 Place::Postgres { url, .. } => Place::Postgres {
                     url: url.clone(),
-                    schema: support::unique_schema(),
+                    schema: testkit::unique_schema(),
                 },
             };
             let drawn = |job: u64, seeded: bool| Data::Drawn {

@@ -66,9 +66,7 @@ async fn daily_then_weekly_converges_with_weekly_alone_in_every_store() {
         for store in stores().await {
             let job = Job::new().mode(mode);
             for d in 1..=7 {
-                job.sync_day(&store, &fetcher(20, 0), jan(d))
-                    .await
-                    .unwrap();
+                job.sync_day(&store, &fetcher(20, 0), jan(d)).await.unwrap();
             }
             // The weekly re-fetch: every record revised, and upstream
             // dropped the last five of each day.
@@ -78,9 +76,7 @@ async fn daily_then_weekly_converges_with_weekly_alone_in_every_store() {
             let alone = MemoryStore::new();
             if mode == Mode::Merge {
                 for d in 1..=7 {
-                    job.sync_day(&alone, &fetcher(20, 0), jan(d))
-                        .await
-                        .unwrap();
+                    job.sync_day(&alone, &fetcher(20, 0), jan(d)).await.unwrap();
                 }
             }
             job.backfill(&alone, &fetcher(15, 30), jan(1)..=jan(7))

@@ -10,9 +10,6 @@
 //! during the run) or from a container started with Postgres' default
 //! durability settings, as in the tests.
 
-#[path = "../../backfill-postgres/tests/support/mod.rs"]
-mod pg_support;
-
 mod scenarios;
 mod stores;
 

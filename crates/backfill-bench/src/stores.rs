@@ -8,11 +8,10 @@ use std::str::FromStr;
 use backfill_core::{MemoryStore, Record, Store};
 use backfill_postgres::PostgresStore;
 use backfill_sqlite::{SqliteStore, DATE_FORMAT, INSTANT_FORMAT};
+use backfill_testkit as pg_support;
 use futures_util::pin_mut;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::Type;
-
-use crate::pg_support;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {

@@ -54,7 +54,9 @@ pub enum Error {
     /// (lowercase, at most 63 bytes; see
     /// [`check_identifier`](crate::adapter::check_identifier)). No SQL is
     /// ever built from it.
-    #[error("invalid {what} name {name:?}: expected [a-z_][a-z0-9_]* (lowercase), at most 63 bytes")]
+    #[error(
+        "invalid {what} name {name:?}: expected [a-z_][a-z0-9_]* (lowercase), at most 63 bytes"
+    )]
     InvalidName {
         /// Which kind of name (`"table"`, `"schema"`).
         what: &'static str,

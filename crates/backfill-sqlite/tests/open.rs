@@ -139,3 +139,264 @@ async fn reruns_and_stale_redeliveries_change_no_row() {
     assert_eq!(c.deleted, 100);
     assert_eq!(store.total_changes().await.unwrap(), after_first + 100);
 }
+
+/// Whether `table` has an index whose first column is `event_date`.
+fn has_event_date_index(path: &std::path::Path, table: &str) -> bool {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let n: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM pragma_index_list(?1) AS l, pragma_index_info(l.name) AS i
+             WHERE i.seqno = 0 AND i.name = 'event_date' AND l.partial = 0",
+            [table],
+            |row| row.get(0),
+        )
+        .unwrap();
+    n > 0
+}
+
+#[tokio::test]
+async fn index_names_do_not_collide_with_table_names() {
+    // Once named "{table}_event_date", the index of table `c` took the name
+    // of table `c_event_date`: whichever was opened second failed.
+    for order in [["c", "c_event_date"], ["c_event_date", "c"]] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite");
+        for table in order {
+            let store = SqliteStore::builder(&path)
+                .table(table)
+                .open()
+                .await
+                .unwrap_or_else(|e| panic!("{order:?}: opening {table}: {e}"));
+            upsert(
+                &store,
+                record("a").event_date(),
+                vec![record(table)],
+                WriteOptions::default(),
+            )
+            .await
+            .unwrap();
+        }
+        for table in order {
+            assert!(has_event_date_index(&path, table), "{order:?}: {table}");
+            let store = SqliteStore::builder(&path)
+                .table(table)
+                .open()
+                .await
+                .unwrap();
+            assert_eq!(store.rows().await.unwrap(), vec![record(table)]);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_missing_event_date_index_is_created_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.sqlite");
+    drop(SqliteStore::open(&path).await.unwrap());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let indexes: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_index_list('backfill_records') WHERE origin = 'c'")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(indexes.len(), 1, "{indexes:?}");
+    conn.execute_batch(&format!("DROP INDEX \"{}\"", indexes[0]))
+        .unwrap();
+    drop(conn);
+    assert!(!has_event_date_index(&path, "backfill_records"));
+    drop(SqliteStore::open(&path).await.unwrap());
+    assert!(has_event_date_index(&path, "backfill_records"));
+}
+
+#[tokio::test]
+async fn an_existing_index_on_event_date_is_used_whatever_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.sqlite");
+    drop(SqliteStore::open(&path).await.unwrap());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let index: String = conn
+        .query_row(
+            "SELECT name FROM pragma_index_list('backfill_records') WHERE origin = 'c'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    conn.execute_batch(&format!(
+        "DROP INDEX \"{index}\"; CREATE INDEX by_day ON backfill_records (event_date, key);"
+    ))
+    .unwrap();
+    drop(conn);
+    drop(SqliteStore::open(&path).await.unwrap());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let n: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM pragma_index_list('backfill_records') WHERE origin = 'c'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(n, 1, "no second index on event_date");
+}
+
+/// A file holding one row in the default table, written and closed, and
+/// its bytes.
+async fn file_with_one_row(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    let path = dir.path().join("db.sqlite");
+    let store = SqliteStore::open(&path).await.unwrap();
+    upsert(
+        &store,
+        record("a").event_date(),
+        vec![record("a")],
+        WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    drop(store);
+    path
+}
+
+fn read_only_uri(path: &std::path::Path) -> String {
+    format!("file:{}?mode=ro", path.display())
+}
+
+/// Reads work; a write is a non-retryable error that changes nothing.
+async fn assert_reads_but_never_writes(store: &SqliteStore, path: &std::path::Path) {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(store.rows().await.unwrap(), vec![record("a")]);
+    assert_eq!(store.get("a").await.unwrap(), Some(record("a")));
+    assert_eq!(
+        store.day_rows(record("a").event_date()).await.unwrap(),
+        vec![record("a")]
+    );
+    let write = upsert(
+        store,
+        record("a").event_date(),
+        vec![record("b")],
+        WriteOptions::default(),
+    )
+    .await;
+    match write {
+        Err(
+            e @ Error::Backend {
+                backend: "sqlite", ..
+            },
+        ) => {
+            assert!(!e.is_retryable(), "{e}");
+            assert!(e.to_string().contains("read-only"), "{e}");
+        }
+        other => panic!("expected a Backend error, got {other:?}"),
+    }
+    assert_eq!(store.rows().await.unwrap(), vec![record("a")]);
+    assert_eq!(
+        std::fs::read(path).unwrap(),
+        bytes,
+        "the file must be untouched"
+    );
+}
+
+#[tokio::test]
+async fn a_read_only_uri_reads_and_refuses_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = file_with_one_row(&dir).await;
+    let store = SqliteStore::open(read_only_uri(&path)).await.unwrap();
+    assert_reads_but_never_writes(&store, &path).await;
+}
+
+#[tokio::test]
+async fn opening_read_only_runs_no_ddl_and_no_journal_switch() {
+    // A file in rollback-journal mode whose table has lost its index: a
+    // writable open would switch it to WAL and add the index, but a
+    // read-only one must only read.
+    let dir = tempfile::tempdir().unwrap();
+    let path = file_with_one_row(&dir).await;
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let index: String = conn
+        .query_row(
+            "SELECT name FROM pragma_index_list('backfill_records') WHERE origin = 'c'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    conn.execute_batch(&format!("DROP INDEX \"{index}\""))
+        .unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = DELETE", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(mode, "delete");
+    drop(conn);
+    let store = SqliteStore::open(read_only_uri(&path)).await.unwrap();
+    assert_reads_but_never_writes(&store, &path).await;
+    drop(store);
+    assert!(!has_event_date_index(&path, "backfill_records"));
+}
+
+#[tokio::test]
+async fn opening_read_only_a_missing_table_is_an_open_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = file_with_one_row(&dir).await;
+    let bytes = std::fs::read(&path).unwrap();
+    match SqliteStore::builder(read_only_uri(&path))
+        .table("elsewhere")
+        .open()
+        .await
+    {
+        Err(
+            e @ Error::Open {
+                backend: "sqlite", ..
+            },
+        ) => {
+            assert!(e.to_string().contains("\"elsewhere\""), "{e}")
+        }
+        other => panic!("expected an Open error, got {other:?}"),
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
+
+#[tokio::test]
+async fn the_read_only_switch_reads_and_refuses_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = file_with_one_row(&dir).await;
+    let store = SqliteStore::builder(&path)
+        .read_only(true)
+        .open()
+        .await
+        .unwrap();
+    assert!(store.is_read_only());
+    assert_reads_but_never_writes(&store, &path).await;
+    let writable = SqliteStore::open(&path).await.unwrap();
+    assert!(!writable.is_read_only());
+}
+
+#[tokio::test]
+async fn the_read_only_switch_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = file_with_one_row(&dir).await;
+    let bytes = std::fs::read(&path).unwrap();
+    match SqliteStore::builder(&path)
+        .table("elsewhere")
+        .read_only(true)
+        .open()
+        .await
+    {
+        Err(
+            e @ Error::Open {
+                backend: "sqlite", ..
+            },
+        ) => {
+            assert!(e.to_string().contains("\"elsewhere\""), "{e}")
+        }
+        other => panic!("expected an Open error, got {other:?}"),
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    let missing = dir.path().join("missing.sqlite");
+    assert!(matches!(
+        SqliteStore::builder(&missing).read_only(true).open().await,
+        Err(Error::Open {
+            backend: "sqlite",
+            ..
+        })
+    ));
+    assert!(!missing.exists(), "a read-only open creates no file");
+}

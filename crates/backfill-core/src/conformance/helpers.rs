@@ -54,7 +54,13 @@ pub(super) async fn get(store: &dyn Store, key: &str) -> Option<Record> {
     store.get(key).await.expect("reading one key")
 }
 
-pub(super) fn counts(inserted: u64, updated: u64, unchanged: u64, stale: u64, deleted: u64) -> Counts {
+pub(super) fn counts(
+    inserted: u64,
+    updated: u64,
+    unchanged: u64,
+    stale: u64,
+    deleted: u64,
+) -> Counts {
     Counts {
         inserted,
         updated,

@@ -144,19 +144,13 @@ pub async fn transient_failure_is_retried(store: &dyn Store) {
         };
         std::future::ready(result)
     };
-    let report = quick_job()
-        .sync_day(store, &fetch, day(300))
-        .await
-        .unwrap();
+    let report = quick_job().sync_day(store, &fetch, day(300)).await.unwrap();
     assert_eq!((report.attempts, report.counts.inserted), (3, 5));
     // A fetch error not marked transient is not retried.
     let plain =
         |_: NaiveDate| std::future::ready(Err::<Vec<Record>, _>(std::io::Error::other("bug")));
     let calls_before = calls.load(Ordering::SeqCst);
-    match quick_job()
-        .sync_day(store, &plain, day(301))
-        .await
-    {
+    match quick_job().sync_day(store, &plain, day(301)).await {
         Err(Error::Fetch { .. }) => {}
         other => panic!("expected Fetch, got {other:?}"),
     }
@@ -167,13 +161,8 @@ pub async fn transient_failure_is_retried(store: &dyn Store) {
         always.fetch_add(1, Ordering::SeqCst);
         std::future::ready(Err::<Vec<Record>, _>(Transient::new("503")))
     };
-    let result = quick_job()
-        .sync_day(store, &flaky, day(302))
-        .await;
-    assert!(
-        matches!(result, Err(Error::Fetch { .. })),
-        "{result:?}"
-    );
+    let result = quick_job().sync_day(store, &flaky, day(302)).await;
+    assert!(matches!(result, Err(Error::Fetch { .. })), "{result:?}");
     assert_eq!(always.load(Ordering::SeqCst), 3);
 }
 
@@ -275,10 +264,8 @@ pub async fn panicking_fetch_fails_only_its_day(store: &dyn Store) {
     {
         Err(Error::Backfill(e)) => {
             assert_eq!(e.failed.len(), 1);
-            assert!(
-                matches!(&e.failed[0], (d, Error::Panicked { message, .. })
-                if *d == day(341) && message.contains("upstream client bug"))
-            );
+            assert!(matches!(&e.failed[0], (d, Error::Panicked { message, .. })
+                if *d == day(341) && message.contains("upstream client bug")));
         }
         other => panic!("expected Backfill error, got {other:?}"),
     }

@@ -141,4 +141,3 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
         "a panic without a message".to_owned()
     }
 }
-

@@ -60,4 +60,3 @@ pub enum Event<'a> {
         report: &'a RunReport,
     },
 }
-

@@ -399,7 +399,9 @@ impl Job {
         if failed.is_empty() {
             Ok(report)
         } else {
-            Err(Error::Backfill(Box::new(BackfillError::new(failed, report))))
+            Err(Error::Backfill(Box::new(BackfillError::new(
+                failed, report,
+            ))))
         }
     }
 }
@@ -469,7 +471,6 @@ where
 {
     Job::default().backfill(store, fetch, days).await
 }
-
 
 #[cfg(test)]
 mod tests;

@@ -227,7 +227,6 @@ impl fmt::Display for RunReport {
     }
 }
 
-
 /// The failed days of a backfill, with the report of the days that
 /// succeeded: [`Error::Backfill`].
 #[derive(Debug)]

@@ -76,7 +76,6 @@ impl Retry {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

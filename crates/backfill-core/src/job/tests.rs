@@ -265,7 +265,10 @@ async fn dry_run_holds_for_a_single_day() {
     let job = Job::new()
         .clock(FixedClock(utc(2026, 2, 3, 12, 0)))
         .dry_run(true);
-    let report = job.sync_day(&store, &fetch, date(2026, 2, 1)).await.unwrap();
+    let report = job
+        .sync_day(&store, &fetch, date(2026, 2, 1))
+        .await
+        .unwrap();
     assert!(report.dry_run);
     assert_eq!((report.day, report.attempts), (date(2026, 2, 1), 0));
     assert_eq!(report.counts, Counts::default());
@@ -276,7 +279,10 @@ async fn dry_run_holds_for_a_single_day() {
     assert!(store.rows().await.unwrap().is_empty(), "a dry run wrote");
     // The same job without dry run does both.
     let job = job.dry_run(false);
-    let real = job.sync_day(&store, &fetch, date(2026, 2, 1)).await.unwrap();
+    let real = job
+        .sync_day(&store, &fetch, date(2026, 2, 1))
+        .await
+        .unwrap();
     assert!(!real.dry_run);
     assert_eq!((real.attempts, real.counts.inserted), (1, 2));
 }
@@ -335,7 +341,11 @@ async fn transient_is_found_anywhere_in_the_chain() {
         let calls = AtomicU32::new(0);
         let fetch = |d: NaiveDate| {
             let n = calls.fetch_add(1, Ordering::SeqCst);
-            let result = if n == 0 { Err(make_error()) } else { Ok(records_of(d, 1)) };
+            let result = if n == 0 {
+                Err(make_error())
+            } else {
+                Ok(records_of(d, 1))
+            };
             std::future::ready(result)
         };
         let job = Job::new().retry(Retry::default().backoff(Duration::ZERO, Duration::ZERO));
@@ -376,4 +386,3 @@ async fn transient_is_found_anywhere_in_the_chain() {
         "an error with no Transient in its chain is not retried"
     );
 }
-

@@ -1,20 +1,18 @@
 //! TLS against a server whose certificate comes from a private CA, the way
 //! managed Postgres services work: refused until the CA is trusted, then
 //! encrypted. Certificates are made with the `openssl` command.
-#![cfg(feature = "tls")]
-
-mod support;
 
 use std::path::Path;
 use std::process::Command;
 
 use backfill_core::{upsert, Error, Record, Store, WriteOptions};
 use backfill_postgres::PostgresStore;
+use backfill_testkit as testkit;
 use chrono::{NaiveDate, TimeZone, Utc};
-use testcontainers_modules::postgres::Postgres;
-use testcontainers_modules::testcontainers::core::IntoContainerPort;
-use testcontainers_modules::testcontainers::runners::AsyncRunner;
-use testcontainers_modules::testcontainers::ImageExt;
+use testkit::testcontainers_modules::postgres::Postgres;
+use testkit::testcontainers_modules::testcontainers::core::IntoContainerPort;
+use testkit::testcontainers_modules::testcontainers::runners::AsyncRunner;
+use testkit::testcontainers_modules::testcontainers::ImageExt;
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -108,21 +106,29 @@ async fn tls_with_a_private_ca() {
         );
         return;
     }
-    // Builds the image if needed, and fails under CI when it cannot.
-    if support::url().await.is_none() {
+    // The image the shared server runs (built or pulled if needed; under CI
+    // a missing one fails).
+    let Some(image) = testkit::server_image().await else {
+        return;
+    };
+    if image.origin != testkit::Origin::Local {
+        // The official image takes its certificate from files, not from
+        // the environment variables the local image reads.
+        testkit::skip(&format!(
+            "the TLS test needs the image scripts/postgres-image.sh builds, not {image}"
+        ));
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let (ca, cert, key) = certificates(dir.path());
-    let (image, tag) = support::image();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let _container = Postgres::default()
-        .with_name(image)
-        .with_tag(tag)
+        .with_name(image.name)
+        .with_tag(image.tag)
         .with_env_var("POSTGRES_SSL_CERT", cert)
         .with_env_var("POSTGRES_SSL_KEY", key)
         .with_mapped_port(port, 5432.tcp())
@@ -178,4 +184,49 @@ async fn tls_with_a_private_ca() {
         .unwrap();
     assert_eq!(c.inserted, 1);
     assert_eq!(store.rows().await.unwrap(), records);
+}
+
+/// `connect_tls` means TLS. The test server speaks none, so every
+/// `sslmode` is refused: `require`; `prefer`, written or left to the
+/// default, which would otherwise fall back to plain text; and `disable`,
+/// which contradicts the method.
+#[tokio::test]
+async fn connect_tls_never_falls_back_to_plain_text() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let ssl: String = crate::admin(&url)
+        .await
+        .query_one("SHOW ssl", &[])
+        .await
+        .unwrap()
+        .get(0);
+    if ssl == "on" {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIPPING: the server behind BACKFILL_PG_URL speaks TLS; this test needs one that does not"
+        );
+        return;
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    for sslmode in ["", "require", "prefer", "disable"] {
+        let url = match sslmode {
+            "" => url.clone(),
+            mode => format!("{url}{separator}sslmode={mode}"),
+        };
+        match PostgresStore::builder()
+            .schema(testkit::unique_schema())
+            .connect_tls(&url)
+            .await
+        {
+            Err(Error::Open {
+                backend: "postgres",
+                ..
+            }) => {}
+            other => panic!(
+                "connect_tls, sslmode {sslmode:?}, against a plain server: expected Open, got {other:?}"
+            ),
+        }
+    }
 }

@@ -1,11 +1,10 @@
 //! Postgres-specific behaviour: bad names and connections are typed errors,
 //! and a re-run of identical rows writes no tuple at all.
 
-mod support;
-
 use backfill_core::{upsert, Error, Record, Store, WriteOptions};
 use backfill_postgres::tokio_postgres::{Config, NoTls};
 use backfill_postgres::PostgresStore;
+use backfill_testkit as testkit;
 use chrono::{Duration, NaiveDate, TimeZone, Utc};
 
 fn day() -> NaiveDate {
@@ -70,11 +69,11 @@ async fn unreachable_server_is_an_open_error() {
 #[tokio::test]
 async fn wrong_password_is_an_open_error_and_never_shown() {
     let secret = "not-the-password-0xC0FFEE";
-    let Some(config) = support::config_with_password(secret).await else {
+    let Some(config) = testkit::config_with_password(secret).await else {
         return;
     };
     let result = PostgresStore::builder()
-        .schema(support::unique_schema())
+        .schema(testkit::unique_schema())
         .connect_with(config.clone())
         .await;
     match &result {
@@ -99,14 +98,14 @@ async fn wrong_password_is_an_open_error_and_never_shown() {
         "tokio-postgres redacts passwords"
     );
     // And a store's own Debug output shows no connection details at all.
-    let store = support::store().await.unwrap();
+    let store = testkit::store().await.unwrap();
     let shown = format!("{store:?}");
     assert!(!shown.contains("postgres:postgres"), "{shown}");
 }
 
 #[tokio::test]
 async fn nul_characters_never_reach_the_server() {
-    let Some(store) = support::store().await else {
+    let Some(store) = testkit::store().await else {
         return;
     };
     match Record::new("pg/nul", day(), "a\0b", Utc::now()) {
@@ -165,12 +164,12 @@ async fn first_xmin(store: &PostgresStore) -> String {
 
 #[tokio::test]
 async fn identical_reapply_writes_no_tuple() {
-    let Some(url) = support::url().await else {
+    let Some(url) = testkit::url().await else {
         return;
     };
     // One connection, so every write and the statistics flush share a backend.
     let store = PostgresStore::builder()
-        .schema(support::unique_schema())
+        .schema(testkit::unique_schema())
         .pool_size(1)
         .connect(&url)
         .await
@@ -243,11 +242,11 @@ async fn identical_reapply_writes_no_tuple() {
 
 #[tokio::test]
 async fn a_day_larger_than_one_chunk_is_atomic_and_exact() {
-    let Some(url) = support::url().await else {
+    let Some(url) = testkit::url().await else {
         return;
     };
     let store = PostgresStore::builder()
-        .schema(support::unique_schema())
+        .schema(testkit::unique_schema())
         .chunk_rows(1_000)
         .connect(&url)
         .await
@@ -273,10 +272,10 @@ async fn a_day_larger_than_one_chunk_is_atomic_and_exact() {
 
 #[tokio::test]
 async fn tables_and_schemas_are_created_once_and_reused() {
-    let Some(url) = support::url().await else {
+    let Some(url) = testkit::url().await else {
         return;
     };
-    let schema = support::unique_schema();
+    let schema = testkit::unique_schema();
     let open = || {
         PostgresStore::builder()
             .schema(schema.clone())
@@ -299,50 +298,17 @@ async fn tables_and_schemas_are_created_once_and_reused() {
     assert!(other.rows().await.unwrap().is_empty());
 }
 
-#[cfg(feature = "tls")]
-#[tokio::test]
-async fn tls_respects_sslmode() {
-    let Some(url) = support::url().await else {
-        return;
-    };
-    let separator = if url.contains('?') { '&' } else { '?' };
-    // The test server speaks no TLS: `require` must refuse it...
-    let required = format!("{url}{separator}sslmode=require");
-    match PostgresStore::builder()
-        .schema(support::unique_schema())
-        .connect_tls(&required)
-        .await
-    {
-        Err(Error::Open {
-            backend: "postgres",
-            ..
-        }) => {}
-        other => panic!("sslmode=require against a plain server: expected Open, got {other:?}"),
-    }
-    // ...and `prefer` falls back to plain text.
-    let preferred = format!("{url}{separator}sslmode=prefer");
-    let store = PostgresStore::builder()
-        .schema(support::unique_schema())
-        .connect_tls(&preferred)
-        .await
-        .unwrap();
-    upsert(&store, day(), records(2, 0), WriteOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(store.rows().await.unwrap().len(), 2);
-}
-
 /// Another writer commits a row while our upsert waits for its lock: our
 /// snapshot saw the key absent, the upsert's own WHERE sees the committed
 /// row. The outcome must still follow the version order, and the counts
 /// must still be exact.
 #[tokio::test]
 async fn a_row_committed_by_a_concurrent_writer_is_judged_by_version() {
-    let Some(url) = support::url().await else {
+    let Some(url) = testkit::url().await else {
         return;
     };
     let store = PostgresStore::builder()
-        .schema(support::unique_schema())
+        .schema(testkit::unique_schema())
         .connect(&url)
         .await
         .unwrap();

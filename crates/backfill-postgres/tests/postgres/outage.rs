@@ -4,8 +4,6 @@
 //! host) and, in the first test, starts it again with the same data
 //! directory, where Postgres recovers from its WAL.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,11 +11,12 @@ use std::time::Duration;
 
 use backfill_core::{Error, Event, Job, MemoryStore, Record, Retry, Store};
 use backfill_postgres::PostgresStore;
+use backfill_testkit as testkit;
 use chrono::{NaiveDate, TimeZone, Utc};
-use testcontainers_modules::postgres::Postgres;
-use testcontainers_modules::testcontainers::core::IntoContainerPort;
-use testcontainers_modules::testcontainers::runners::AsyncRunner;
-use testcontainers_modules::testcontainers::{ContainerAsync, ImageExt};
+use testkit::testcontainers_modules::postgres::Postgres;
+use testkit::testcontainers_modules::testcontainers::core::IntoContainerPort;
+use testkit::testcontainers_modules::testcontainers::runners::AsyncRunner;
+use testkit::testcontainers_modules::testcontainers::{ContainerAsync, ImageExt};
 
 const DAYS: i64 = 30;
 const PER_DAY: u32 = 500;
@@ -47,17 +46,17 @@ async fn own_server() -> Option<(ContainerAsync<Postgres>, String)> {
         );
         return None;
     }
-    // Builds the image if needed, and fails under CI when it cannot.
-    support::url().await?;
+    // The image the shared server runs (built or pulled if needed; under CI
+    // a missing one fails).
+    let image = testkit::server_image().await?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let (image, tag) = support::image();
     let container = Postgres::default()
-        .with_name(image)
-        .with_tag(tag)
+        .with_name(image.name)
+        .with_tag(image.tag)
         .with_mapped_port(port, 5432.tcp())
         .start()
         .await
@@ -119,7 +118,7 @@ async fn backfill_then_kill(
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let done_before_kill = finished.lock().unwrap().len();
-    support::docker_cli(&["kill", container.id()]).unwrap();
+    testkit::docker_cli(&["kill", container.id()]).unwrap();
     Outage {
         store,
         run,
@@ -147,7 +146,7 @@ async fn backfill_completes_across_a_postgres_restart() {
     let (store, run, retries) = (outage.store, outage.run, outage.retries);
     let before_outage = outage.done_before_kill;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    support::docker_cli(&["start", container.id()]).unwrap();
+    testkit::docker_cli(&["start", container.id()]).unwrap();
 
     let report = run
         .await
@@ -201,7 +200,7 @@ async fn a_postgres_that_never_returns_fails_the_remaining_days_only() {
 
     // Bring the server back to look: every day committed before the outage
     // is intact, and no failed day is partly there.
-    support::docker_cli(&["start", container.id()]).unwrap();
+    testkit::docker_cli(&["start", container.id()]).unwrap();
     let reader = loop {
         match PostgresStore::connect(&url).await {
             Ok(store) => break store,

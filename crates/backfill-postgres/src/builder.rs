@@ -1,0 +1,315 @@
+//! [`PostgresStoreBuilder`]: names, chunk sizes, the pool, TLS, and opening
+//! (creating only what is missing, checking what exists).
+
+use std::sync::Arc;
+
+use backfill_core::adapter::check_identifier;
+use backfill_core::Result;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::{Config, NoTls};
+
+use crate::error::open_error;
+use crate::sql::{self, Statements};
+use crate::store::PostgresStore;
+use crate::table::{self, Found};
+use crate::{
+    DEFAULT_CHUNK_BYTES, DEFAULT_CHUNK_ROWS, DEFAULT_SCHEMA, DEFAULT_TABLE, MAX_VALUE_BYTES,
+};
+
+/// Options for a [`PostgresStore`].
+#[derive(Debug, Clone)]
+pub struct PostgresStoreBuilder {
+    schema: String,
+    table: String,
+    chunk_rows: usize,
+    chunk_bytes: usize,
+    pool_size: usize,
+    create_if_missing: bool,
+    #[cfg(feature = "tls")]
+    root_pems: Vec<Vec<u8>>,
+}
+
+impl Default for PostgresStoreBuilder {
+    fn default() -> Self {
+        Self {
+            schema: DEFAULT_SCHEMA.to_owned(),
+            table: DEFAULT_TABLE.to_owned(),
+            chunk_rows: DEFAULT_CHUNK_ROWS,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            pool_size: 8,
+            create_if_missing: true,
+            #[cfg(feature = "tls")]
+            root_pems: Vec::new(),
+        }
+    }
+}
+
+impl PostgresStoreBuilder {
+    /// The schema (default `public`); created if missing. Must match
+    /// `[a-z_][a-z0-9_]*`, at most 63 bytes: lowercase only, so the name
+    /// means the same table quoted or not (see
+    /// [`check_identifier`](backfill_core::adapter::check_identifier)).
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// The table (default [`DEFAULT_TABLE`]); created if missing. Same rule
+    /// as [`PostgresStoreBuilder::schema`].
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Records sent per statement (default [`DEFAULT_CHUNK_ROWS`]), so a
+    /// day of millions of rows never builds one giant message. At least 1.
+    pub fn chunk_rows(mut self, rows: usize) -> Self {
+        self.chunk_rows = rows.max(1);
+        self
+    }
+
+    /// Bytes sent per statement, counting keys and values plus a little per
+    /// record (default [`DEFAULT_CHUNK_BYTES`], 64 MiB), so a day of large
+    /// values stays under Postgres' 1 GiB limit per message. A statement
+    /// always holds at least one record, whatever its size; at most
+    /// [`MAX_VALUE_BYTES`].
+    pub fn chunk_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_bytes = bytes.clamp(1, MAX_VALUE_BYTES);
+        self
+    }
+
+    /// Connections in the pool this builder creates (default 8); ignored by
+    /// [`PostgresStoreBuilder::connect_pool`].
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size.max(1);
+        self
+    }
+
+    /// Whether opening may create what is missing: the schema, the table,
+    /// its `event_date` index (default `true`).
+    ///
+    /// Either way opening first looks in the catalog and runs no DDL when
+    /// everything exists, so a role with only `SELECT`, `INSERT`, `UPDATE`
+    /// and `DELETE` on the table, or a read-only replica, can open it. With
+    /// `false` no DDL is ever run, and anything missing is an
+    /// [`Error::Open`] that says what (for deployments where a migration
+    /// tool creates the table and the application role must never run
+    /// DDL).
+    ///
+    /// [`Error::Open`]: backfill_core::Error::Open
+    pub fn create_if_missing(mut self, create: bool) -> Self {
+        self.create_if_missing = create;
+        self
+    }
+
+    /// Connects with a connection string (`postgres://user:pass@host/db` or
+    /// `host=… user=…`), without TLS.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad schema or table name (checked
+    /// before connecting); [`Error::Open`] for a malformed connection
+    /// string, an unreachable server, refused credentials, something
+    /// missing that may not or cannot be created, or an existing table that
+    /// is not the one the store creates (its source is then a
+    /// [`TableMismatch`](crate::TableMismatch) naming each column and what
+    /// differs).
+    ///
+    /// [`Error::InvalidName`]: backfill_core::Error::InvalidName
+    /// [`Error::Open`]: backfill_core::Error::Open
+    pub async fn connect(self, url: &str) -> Result<PostgresStore> {
+        self.check_names()?;
+        let config: Config = url.parse().map_err(open_error)?;
+        self.connect_with(config).await
+    }
+
+    /// Connects with a parsed `tokio_postgres::Config`, without TLS.
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStoreBuilder::connect`].
+    pub async fn connect_with(self, config: Config) -> Result<PostgresStore> {
+        self.check_names()?;
+        let manager = Manager::from_config(config, NoTls, manager_config());
+        self.pool_from(manager).await
+    }
+
+    /// Also trusts the CA certificates in `pem` (PEM text, one or more
+    /// certificates) for [`PostgresStoreBuilder::connect_tls`]: the CA
+    /// bundle of a managed Postgres (Amazon RDS, Cloud SQL, Azure) or your
+    /// own CA. May be called more than once.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_root_certificates_pem(mut self, pem: impl AsRef<[u8]>) -> Self {
+        self.root_pems.push(pem.as_ref().to_vec());
+        self
+    }
+
+    /// Connects over TLS (rustls), and only over TLS, verifying the
+    /// server's certificate and host name against the system's root
+    /// certificates and any added with
+    /// [`PostgresStoreBuilder::tls_root_certificates_pem`].
+    ///
+    /// The connection string's `sslmode` cannot weaken that: `prefer` (the
+    /// default when it says nothing) is taken as `require`, so a server
+    /// without TLS is refused rather than spoken to in plain text, and
+    /// `disable` contradicts this method and is refused before connecting
+    /// (use [`PostgresStoreBuilder::connect`] for plain text). For client
+    /// certificates or another TLS policy, build your own pool and pass it
+    /// to [`PostgresStoreBuilder::connect_pool`].
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStoreBuilder::connect`]; also [`Error::Open`] for
+    /// `sslmode=disable`, a server that does not speak TLS, a certificate
+    /// the server presents that no trusted root vouches for, an unreadable
+    /// PEM, or no root certificate at all.
+    ///
+    /// [`Error::Open`]: backfill_core::Error::Open
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub async fn connect_tls(self, url: &str) -> Result<PostgresStore> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::CertificateDer;
+        use tokio_postgres::config::SslMode;
+
+        self.check_names()?;
+        let mut config: Config = url.parse().map_err(open_error)?;
+        if config.get_ssl_mode() == SslMode::Disable {
+            return Err(open_error(
+                "connect_tls requires TLS, but the connection string says sslmode=disable \
+                 (use connect for a plain-text connection)",
+            ));
+        }
+        config.ssl_mode(SslMode::Require);
+        let mut roots = rustls::RootCertStore::empty();
+        let found = rustls_native_certs::load_native_certs();
+        roots.add_parsable_certificates(found.certs);
+        for pem in &self.root_pems {
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert =
+                    cert.map_err(|e| open_error(format!("unreadable root certificate PEM: {e}")))?;
+                roots.add(cert).map_err(open_error)?;
+            }
+        }
+        if roots.is_empty() {
+            return Err(open_error("no root certificate to verify the server with"));
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(open_error)?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
+        let manager = Manager::from_config(config, connector, manager_config());
+        self.pool_from(manager).await
+    }
+
+    async fn pool_from(self, manager: Manager) -> Result<PostgresStore> {
+        let pool = Pool::builder(manager)
+            .max_size(self.pool_size)
+            .build()
+            .map_err(open_error)?;
+        self.connect_pool(pool).await
+    }
+
+    /// Opens the store on your own pool (any TLS setup, any pool size).
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStoreBuilder::connect`].
+    pub async fn connect_pool(self, pool: Pool) -> Result<PostgresStore> {
+        self.check_names()?;
+        let mut client = pool.get().await.map_err(open_error)?;
+        let tx = client.transaction().await.map_err(open_error)?;
+        tx.batch_execute(sql::DEPARSE_SETTINGS)
+            .await
+            .map_err(open_error)?;
+        let (schema, name) = (self.schema.as_str(), self.table.as_str());
+        let mut found = table::inspect(&*tx, schema, name)
+            .await
+            .map_err(open_error)?;
+        // A table of another shape is refused before anything is created
+        // beside it.
+        if let Some(existing) = &found.table {
+            table::verify(schema, name, existing).map_err(open_error)?;
+        }
+        if !found.complete() {
+            if !self.create_if_missing {
+                return Err(open_error(missing(schema, name, &found)));
+            }
+            // Concurrent first opens would race to create the same things;
+            // an advisory lock held to the end of the transaction serialises
+            // them, and the catalog is read again under it.
+            tx.execute(sql::CREATE_LOCK, &[&format!("backfill:{schema}.{name}")])
+                .await
+                .map_err(open_error)?;
+            found = table::inspect(&*tx, schema, name)
+                .await
+                .map_err(open_error)?;
+            if !found.schema {
+                tx.batch_execute(&sql::create_schema(schema))
+                    .await
+                    .map_err(open_error)?;
+            }
+            if found.table.is_none() {
+                tx.batch_execute(&sql::create_table(schema, name))
+                    .await
+                    .map_err(open_error)?;
+            }
+            if !found.table.as_ref().is_some_and(|t| t.event_date_index) {
+                tx.batch_execute(&sql::create_index(schema, name))
+                    .await
+                    .map_err(open_error)?;
+            }
+            // What exists now must be what the store creates, index included.
+            found = table::inspect(&*tx, schema, name)
+                .await
+                .map_err(open_error)?;
+            let created = found
+                .table
+                .as_ref()
+                .ok_or_else(|| open_error(missing(schema, name, &found)))?;
+            table::verify(schema, name, created).map_err(open_error)?;
+            if !found.complete() {
+                return Err(open_error(missing(schema, name, &found)));
+            }
+        }
+        tx.commit().await.map_err(open_error)?;
+        drop(client);
+        Ok(PostgresStore {
+            pool,
+            sql: Arc::new(Statements::new(schema, name)),
+            chunk_rows: self.chunk_rows,
+            chunk_bytes: self.chunk_bytes,
+        })
+    }
+
+    fn check_names(&self) -> Result<()> {
+        check_identifier("schema", &self.schema)?;
+        check_identifier("table", &self.table)
+    }
+}
+
+/// What is missing, and how to get it, for an `Error::Open`.
+fn missing(schema: &str, table: &str, found: &Found) -> String {
+    let t = sql::qualified(schema, table);
+    let why = "and this store may not create it (create_if_missing(false))";
+    if !found.schema {
+        format!("schema \"{schema}\" does not exist, {why}")
+    } else if found.table.is_none() {
+        format!("table {t} does not exist, {why}")
+    } else {
+        format!(
+            "table {t} has no index on (event_date), {why}; create one with `{}`",
+            sql::create_index(schema, table)
+        )
+    }
+}
+
+fn manager_config() -> ManagerConfig {
+    ManagerConfig {
+        recycling_method: RecyclingMethod::Fast,
+    }
+}

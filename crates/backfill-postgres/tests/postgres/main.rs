@@ -1,0 +1,37 @@
+//! The Postgres test binary: every test that can share the one test server
+//! (see `backfill-testkit`), as modules of one binary, so the server is
+//! started once and the crate is linked once.
+//!
+//! - `conformance`: the shared suite every store must pass.
+//! - `behaviour`: what this store promises beyond the suite (typed errors,
+//!   no tuple written on a re-run, chunking, concurrent writers).
+//! - `open`: opening checks an existing table, needs no DDL rights when
+//!   everything exists, and names indexes that cannot collide.
+//! - `large_values`: days and values past Postgres' message limit.
+//! - `retry`: which server errors a job retries.
+//! - `tls`: TLS is required when asked for, and works with a private CA.
+//! - `outage`: the server dies during a backfill (containers of their own).
+
+mod behaviour;
+mod conformance;
+mod large_values;
+mod open;
+mod outage;
+mod retry;
+#[cfg(feature = "tls")]
+mod tls;
+
+use backfill_postgres::tokio_postgres::{Client, Config, NoTls};
+
+/// A connection of its own to the test server (a superuser), for setting up
+/// what a test needs behind the store's back.
+async fn admin(url: &str) -> Client {
+    let (client, connection) = url
+        .parse::<Config>()
+        .unwrap()
+        .connect(NoTls)
+        .await
+        .expect("connecting to the test Postgres");
+    tokio::spawn(connection);
+    client
+}

@@ -1,0 +1,501 @@
+//! Opening a store: an existing table must be the one the store would have
+//! created, a role without DDL rights (or a read-only database) can still
+//! open an existing table, and the `event_date` index can never be lost to
+//! a name collision.
+
+use backfill_core::{upsert, Error, Record, Store, WriteOptions};
+use backfill_postgres::tokio_postgres::{error::SqlState, Client, Config};
+use backfill_postgres::{PostgresStore, TableMismatch};
+use backfill_testkit as testkit;
+use chrono::{NaiveDate, TimeZone, Utc};
+
+fn day() -> NaiveDate {
+    NaiveDate::from_ymd_opt(2026, 6, 1).unwrap()
+}
+
+fn record(key: &str, value: &str) -> Record {
+    let at = Utc.with_ymd_and_hms(2026, 6, 1, 0, 0, 0).unwrap();
+    Record::new(key, day(), value, at).unwrap()
+}
+
+/// The columns of the table as the store creates it, one per line, so a
+/// test can swap one line for a flawed one.
+const KEY: &str = r#"key text COLLATE "C" PRIMARY KEY CHECK (octet_length(key) BETWEEN 1 AND 512)"#;
+const EVENT_DATE: &str =
+    "event_date date NOT NULL CHECK (event_date BETWEEN '0001-01-01' AND '9999-12-31')";
+const VALUE: &str = r#"value text COLLATE "C" NOT NULL"#;
+const UPDATED_AT: &str = "updated_at timestamptz NOT NULL \
+    CHECK (updated_at >= '0001-01-01 00:00:00+00' AND updated_at < '10000-01-01 00:00:00+00')";
+
+/// A collation that does not compare by bytes: ICU's root collation when
+/// the server has ICU, else the libc `en_US` or `POSIX`… one that exists.
+async fn other_collation(admin: &Client) -> String {
+    admin
+        .query_one(
+            "SELECT collname FROM pg_collation WHERE collname IN ('und-x-icu', 'en_US', 'POSIX') \
+             ORDER BY collname = 'und-x-icu' DESC, collname = 'en_US' DESC LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Creates `schema.records` from `columns`, then opens a store on it.
+async fn open_existing(
+    url: &str,
+    admin: &Client,
+    columns: &[&str],
+) -> Result<PostgresStore, Error> {
+    let schema = testkit::unique_schema();
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; CREATE TABLE {schema}.records ({}); \
+             CREATE INDEX ON {schema}.records (event_date);",
+            columns.join(", ")
+        ))
+        .await
+        .unwrap();
+    PostgresStore::builder()
+        .schema(schema)
+        .table("records")
+        .connect(url)
+        .await
+}
+
+#[tokio::test]
+async fn an_existing_table_of_another_shape_is_refused() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let admin = crate::admin(&url).await;
+    let other = other_collation(&admin).await;
+    let key_collated = KEY.replace(r#"COLLATE "C""#, &format!(r#"COLLATE "{other}""#));
+    let value_collated = VALUE.replace(r#"COLLATE "C""#, &format!(r#"COLLATE "{other}""#));
+    let key_without_pk = KEY.replace("PRIMARY KEY", "NOT NULL");
+    let key_without_check = r#"key text COLLATE "C" PRIMARY KEY"#;
+    let value_nullable = VALUE.replace(" NOT NULL", "");
+    let updated_at_millis = UPDATED_AT.replace("timestamptz", "timestamptz(3)");
+    // (what is wrong, the columns, the column the error must name, a word
+    // the error must use for what differs)
+    let cases: Vec<(&str, Vec<&str>, &str, &str)> = vec![
+        (
+            "ICU or other collation on value",
+            vec![KEY, EVENT_DATE, &value_collated, UPDATED_AT],
+            "value",
+            "collation",
+        ),
+        (
+            "ICU or other collation on key",
+            vec![&key_collated, EVENT_DATE, VALUE, UPDATED_AT],
+            "key",
+            "collation",
+        ),
+        (
+            "updated_at without time zone",
+            vec![
+                KEY,
+                EVENT_DATE,
+                VALUE,
+                "updated_at timestamp NOT NULL CHECK (updated_at >= '0001-01-01' AND updated_at < '10000-01-01')",
+            ],
+            "updated_at",
+            "timestamp without time zone",
+        ),
+        (
+            "updated_at in milliseconds",
+            vec![KEY, EVENT_DATE, VALUE, &updated_at_millis],
+            "updated_at",
+            "timestamp(3) with time zone",
+        ),
+        (
+            "value as jsonb",
+            vec![KEY, EVENT_DATE, "value jsonb NOT NULL", UPDATED_AT],
+            "value",
+            "jsonb",
+        ),
+        (
+            "event_date as text",
+            vec![
+                KEY,
+                r#"event_date text COLLATE "C" NOT NULL"#,
+                VALUE,
+                UPDATED_AT,
+            ],
+            "event_date",
+            "text",
+        ),
+        (
+            "key as varchar",
+            vec![
+                r#"key varchar(600) COLLATE "C" PRIMARY KEY CHECK (octet_length(key) BETWEEN 1 AND 512)"#,
+                EVENT_DATE,
+                VALUE,
+                UPDATED_AT,
+            ],
+            "key",
+            "character varying",
+        ),
+        (
+            "no primary key",
+            vec![&key_without_pk, EVENT_DATE, VALUE, UPDATED_AT],
+            "key",
+            "primary key",
+        ),
+        (
+            "value may be NULL",
+            vec![KEY, EVENT_DATE, &value_nullable, UPDATED_AT],
+            "value",
+            "NOT NULL",
+        ),
+        (
+            "no CHECK on key",
+            vec![key_without_check, EVENT_DATE, VALUE, UPDATED_AT],
+            "key",
+            "CHECK",
+        ),
+        (
+            "a CHECK of its own",
+            vec![KEY, EVENT_DATE, VALUE, UPDATED_AT, "CHECK (value <> '')"],
+            "value",
+            "CHECK",
+        ),
+        (
+            "a missing column",
+            vec![KEY, EVENT_DATE, VALUE],
+            "updated_at",
+            "missing",
+        ),
+        (
+            "a column of its own",
+            vec![KEY, EVENT_DATE, VALUE, UPDATED_AT, "source text"],
+            "source",
+            "unexpected",
+        ),
+    ];
+    for (what, columns, column, differs) in cases {
+        match open_existing(&url, &admin, &columns).await {
+            Err(
+                e @ Error::Open {
+                    backend: "postgres",
+                    ..
+                },
+            ) => {
+                let message = e.to_string();
+                assert!(
+                    message.contains(column) && message.contains(differs),
+                    "{what}: the error must name {column:?} and {differs:?}: {message}"
+                );
+                let Error::Open { source, .. } = &e else {
+                    unreachable!()
+                };
+                let mismatch = source
+                    .downcast_ref::<TableMismatch>()
+                    .unwrap_or_else(|| panic!("{what}: the source is a TableMismatch: {e}"));
+                assert!(
+                    mismatch
+                        .differences()
+                        .iter()
+                        .any(|d| d.column() == Some(column) && d.problem().contains(differs)),
+                    "{what}: {mismatch:?}"
+                );
+            }
+            Err(e) => panic!("{what}: expected Open, got {e:?}"),
+            Ok(store) => panic!("{what}: a table of another shape was accepted: {store:?}"),
+        }
+    }
+}
+
+/// A table created by an earlier version of this store (same columns and
+/// checks, index named `<table>_event_date`) opens, and so does one the
+/// store created itself, again and again.
+#[tokio::test]
+async fn tables_the_store_made_are_accepted() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let admin = crate::admin(&url).await;
+    let store = open_existing(&url, &admin, &[KEY, EVENT_DATE, VALUE, UPDATED_AT])
+        .await
+        .expect("the table the store would create");
+    upsert(
+        &store,
+        day(),
+        vec![record("a", "1")],
+        WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    let fresh = testkit::store().await.unwrap();
+    for _ in 0..2 {
+        let again = PostgresStore::builder()
+            .schema(fresh.schema())
+            .table(fresh.table())
+            .connect(&url)
+            .await
+            .expect("a table the store created itself");
+        assert!(again.rows().await.unwrap().is_empty());
+    }
+}
+
+/// The number of valid, non-partial indexes of `schema.table` whose only
+/// key column is `event_date`.
+async fn event_date_indexes(admin: &Client, schema: &str, table: &str) -> i64 {
+    admin
+        .query_one(
+            "SELECT count(*) FROM pg_index i \
+             JOIN pg_class t ON t.oid = i.indrelid \
+             JOIN pg_namespace n ON n.oid = t.relnamespace \
+             JOIN pg_attribute a ON a.attrelid = t.oid AND a.attname = 'event_date' \
+             WHERE n.nspname = $1 AND t.relname = $2 AND i.indnkeyatts = 1 \
+               AND i.indkey[0] = a.attnum AND i.indpred IS NULL AND i.indisvalid",
+            &[&schema, &table],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn index_names_cannot_collide() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let admin = crate::admin(&url).await;
+    let open = |schema: String, table: String| {
+        let url = url.clone();
+        async move {
+            PostgresStore::builder()
+                .schema(schema)
+                .table(table)
+                .connect(&url)
+                .await
+                .unwrap()
+        }
+    };
+    // A 63-byte name: `<table>_event_date` truncated to 63 bytes is the
+    // table's own name.
+    let schema = testkit::unique_schema();
+    let long = "t".repeat(63);
+    let (a, b, c) = tokio::join!(
+        open(schema.clone(), long.clone()),
+        open(schema.clone(), long.clone()),
+        open(schema.clone(), long.clone())
+    );
+    drop((a, b, c));
+    assert_eq!(
+        event_date_indexes(&admin, &schema, &long).await,
+        1,
+        "a 63-byte table name gets exactly one event_date index, however many open it"
+    );
+    // `c` after `c_event_date`: the name `c_event_date` is taken by a table.
+    let schema = testkit::unique_schema();
+    open(schema.clone(), "c_event_date".into()).await;
+    open(schema.clone(), "c".into()).await;
+    open(schema.clone(), "c".into()).await;
+    assert_eq!(event_date_indexes(&admin, &schema, "c_event_date").await, 1);
+    assert_eq!(
+        event_date_indexes(&admin, &schema, "c").await,
+        1,
+        "table c opened after table c_event_date gets its index"
+    );
+}
+
+/// A role (`name`, password `name`) for the test, dropped by
+/// [`drop_role`].
+async fn create_role(admin: &Client, name: &str) {
+    admin
+        .batch_execute(&format!("CREATE ROLE {name} LOGIN PASSWORD '{name}'"))
+        .await
+        .unwrap();
+}
+
+async fn drop_role(admin: &Client, name: &str) {
+    admin
+        .batch_execute(&format!("DROP OWNED BY {name}; DROP ROLE {name}"))
+        .await
+        .unwrap();
+}
+
+fn config_as(url: &str, role: &str) -> Config {
+    let mut config: Config = url.parse().unwrap();
+    config.user(role).password(role);
+    config
+}
+
+fn role_name(what: &str) -> String {
+    testkit::unique_schema().replace("test_", what)
+}
+
+/// A role with only SELECT, INSERT, UPDATE and DELETE on an existing table
+/// (no CREATE on the database or the schema) opens it, reads and writes.
+#[tokio::test]
+async fn a_least_privilege_role_opens_an_existing_table() {
+    let Some(owner) = testkit::store().await else {
+        return;
+    };
+    let url = testkit::url().await.unwrap();
+    let admin = crate::admin(&url).await;
+    let role = role_name("dml_");
+    create_role(&admin, &role).await;
+    let (schema, table) = (owner.schema(), owner.table());
+    admin
+        .batch_execute(&format!(
+            "GRANT USAGE ON SCHEMA {schema} TO {role}; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{table} TO {role};"
+        ))
+        .await
+        .unwrap();
+    let opened = PostgresStore::builder()
+        .schema(schema)
+        .table(table)
+        .connect_with(config_as(&url, &role))
+        .await;
+    let result = async {
+        let store = opened?;
+        upsert(
+            &store,
+            day(),
+            vec![record("a", "1")],
+            WriteOptions::default(),
+        )
+        .await?;
+        store.rows().await
+    }
+    .await;
+    drop_role(&admin, &role).await;
+    assert_eq!(
+        result.expect("a role with DML rights only must open an existing table"),
+        [record("a", "1")]
+    );
+}
+
+/// A role whose transactions are read-only (as on a replica) opens an
+/// existing table and reads it; a write is a clear, non-retryable error.
+#[tokio::test]
+async fn a_read_only_role_reads_and_cannot_write() {
+    let Some(owner) = testkit::store().await else {
+        return;
+    };
+    upsert(
+        &owner,
+        day(),
+        vec![record("a", "1")],
+        WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    let url = testkit::url().await.unwrap();
+    let admin = crate::admin(&url).await;
+    let role = role_name("ro_");
+    create_role(&admin, &role).await;
+    let (schema, table) = (owner.schema(), owner.table());
+    admin
+        .batch_execute(&format!(
+            "GRANT ALL ON SCHEMA {schema} TO {role}; \
+             GRANT ALL ON {schema}.{table} TO {role}; \
+             ALTER ROLE {role} SET default_transaction_read_only = on;"
+        ))
+        .await
+        .unwrap();
+    let opened = PostgresStore::builder()
+        .schema(schema)
+        .table(table)
+        .connect_with(config_as(&url, &role))
+        .await;
+    let result = async {
+        let store = opened?;
+        let rows = store.rows().await?;
+        let write = upsert(
+            &store,
+            day(),
+            vec![record("b", "2")],
+            WriteOptions::default(),
+        )
+        .await;
+        Ok::<_, Error>((rows, write))
+    }
+    .await;
+    drop_role(&admin, &role).await;
+    let (rows, write) = result.expect("a read-only role must open an existing table and read it");
+    assert_eq!(rows, [record("a", "1")]);
+    match write {
+        Err(ref e @ Error::Backend { ref source, .. }) => {
+            assert!(
+                !e.is_retryable(),
+                "a read-only database is not transient: {e}"
+            );
+            let code = source
+                .downcast_ref::<backfill_postgres::tokio_postgres::Error>()
+                .and_then(|e| e.code());
+            assert_eq!(code, Some(&SqlState::READ_ONLY_SQL_TRANSACTION), "{e}");
+        }
+        other => panic!("expected a Backend error, got {other:?}"),
+    }
+    assert_eq!(owner.rows().await.unwrap(), [record("a", "1")]);
+}
+
+/// With `create_if_missing(false)` nothing is ever created: a missing
+/// schema, table or index is an Open error saying what is missing, and the
+/// catalog is unchanged; an existing table opens as usual.
+#[tokio::test]
+async fn a_store_told_not_to_create_runs_no_ddl() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let admin = crate::admin(&url).await;
+    let schema = testkit::unique_schema();
+    let open = |table: &str| {
+        PostgresStore::builder()
+            .schema(schema.clone())
+            .table(table)
+            .create_if_missing(false)
+            .connect(&url)
+    };
+    let refused = |result: Result<PostgresStore, Error>, what: &str| match result {
+        Err(
+            e @ Error::Open {
+                backend: "postgres",
+                ..
+            },
+        ) => {
+            assert!(e.to_string().contains(what), "{e}");
+        }
+        other => panic!("expected Open naming {what:?}, got {other:?}"),
+    };
+    refused(open("records").await, "schema");
+    let exists: bool = admin
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!exists, "the schema must not have been created");
+
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; CREATE TABLE {schema}.records ({KEY}, {EVENT_DATE}, {VALUE}, {UPDATED_AT});"
+        ))
+        .await
+        .unwrap();
+    refused(open("missing").await, "does not exist");
+    refused(open("records").await, "index on (event_date)");
+    assert_eq!(event_date_indexes(&admin, &schema, "records").await, 0);
+
+    admin
+        .batch_execute(&format!("CREATE INDEX ON {schema}.records (event_date)"))
+        .await
+        .unwrap();
+    let store = open("records").await.expect("everything exists");
+    upsert(
+        &store,
+        day(),
+        vec![record("a", "1")],
+        WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.rows().await.unwrap(), [record("a", "1")]);
+}

@@ -1,0 +1,176 @@
+//! Opening a database: the connection, its settings, and the table, created
+//! only when missing and checked when it exists.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use backfill_core::adapter::check_identifier;
+use backfill_core::Result;
+use rusqlite::limits::Limit;
+use rusqlite::{Connection, OpenFlags};
+
+use crate::error::open as open_error;
+use crate::schema;
+use crate::store::{spawn_blocking, SqliteStore};
+use crate::{sql, DEFAULT_TABLE};
+
+/// Options for opening a [`SqliteStore`].
+#[derive(Debug, Clone)]
+pub struct SqliteStoreBuilder {
+    path: Option<PathBuf>,
+    table: String,
+    busy_timeout: Duration,
+    read_only: bool,
+    length_limit: Option<u32>,
+}
+
+/// What opening learned about the connection, for the store.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub(crate) conn: Connection,
+    pub(crate) read_only: bool,
+    /// SQLite's `SQLITE_LIMIT_LENGTH` on this connection: the largest string
+    /// or row it stores.
+    pub(crate) length_limit: usize,
+}
+
+impl SqliteStoreBuilder {
+    pub(crate) fn new(path: Option<PathBuf>) -> Self {
+        Self {
+            path,
+            table: DEFAULT_TABLE.to_owned(),
+            busy_timeout: Duration::from_secs(5),
+            read_only: false,
+            length_limit: None,
+        }
+    }
+
+    /// The table to keep records in (default [`DEFAULT_TABLE`]); must match
+    /// `[a-z_][a-z0-9_]*` (see [`check_identifier`]). Created on open if
+    /// missing; if it exists, it must be the table the store would create
+    /// (see the [crate docs](crate#an-existing-table)).
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// How long a write waits for another connection's lock before failing
+    /// with a retryable error (default 5 s).
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// Opens the database read-only (default `false`): reads work, opening
+    /// creates and changes nothing (a missing table is an error), and every
+    /// write fails with a non-retryable error. A `file:…?mode=ro` path does
+    /// the same.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Lowers SQLite's length limit (`SQLITE_LIMIT_LENGTH`) for this store's
+    /// connection: the largest string or row it stores, in bytes (default
+    /// and most 1 000 000 000). A record whose value would not fit is
+    /// refused before anything is written (see
+    /// [`SqliteStore::max_value_bytes`]).
+    pub fn length_limit(mut self, bytes: u32) -> Self {
+        self.length_limit = Some(bytes);
+        self
+    }
+
+    /// Opens (creating if needed) the database and the table.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`](backfill_core::Error::InvalidName) for a bad table name, before touching the file;
+    /// [`Error::Open`](backfill_core::Error::Open) if the file cannot be opened or is not a database, if
+    /// the table exists with another definition than the store's (the
+    /// message names the column and what differs), or if it is missing from
+    /// a read-only database.
+    pub async fn open(self) -> Result<SqliteStore> {
+        check_identifier("table", &self.table)?;
+        let location = match &self.path {
+            Some(path) => path.display().to_string(),
+            None => ":memory:".to_owned(),
+        };
+        let table = self.table.clone();
+        let opened = spawn_blocking(move || self.connect()).await??;
+        Ok(SqliteStore::new(opened, table, location))
+    }
+
+    fn connect(&self) -> Result<Opened> {
+        // URIs (`file:…?mode=ro`) are understood either way.
+        let flags = if self.read_only {
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        } else {
+            OpenFlags::default()
+        };
+        let conn = match &self.path {
+            Some(path) => Connection::open_with_flags(path, flags),
+            None => Connection::open_in_memory_with_flags(flags),
+        }
+        .map_err(open_error)?;
+        conn.busy_timeout(self.busy_timeout).map_err(open_error)?;
+        if let Some(bytes) = self.length_limit {
+            let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+            conn.set_limit(Limit::SQLITE_LIMIT_LENGTH, bytes)
+                .map_err(open_error)?;
+        }
+        let length_limit = conn.limit(Limit::SQLITE_LIMIT_LENGTH).map_err(open_error)?;
+        rusqlite::vtab::array::load_module(&conn).map_err(open_error)?;
+        let read_only = conn.is_readonly(rusqlite::MAIN_DB).map_err(open_error)?;
+
+        // The first statement to read the file: a file that is not a
+        // database fails here, before anything is written.
+        let existing = schema::object_kind(&conn, &self.table).map_err(open_error)?;
+        if self.path.is_some() && !read_only {
+            // Only a writable database is switched, and only if it is not
+            // in WAL mode already: switching writes the file header.
+            let mode: String = conn
+                .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+                .map_err(open_error)?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                let mode: String = conn
+                    .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+                    .map_err(open_error)?;
+                if !mode.eq_ignore_ascii_case("wal") {
+                    return Err(open_error(format!(
+                        "could not switch to WAL mode (journal_mode is {mode})"
+                    )));
+                }
+            }
+            conn.pragma_update(None, "synchronous", "NORMAL")
+                .map_err(open_error)?;
+        }
+
+        // Create only what is missing: a read-only database, or one where
+        // everything exists, runs no DDL at all.
+        if existing.is_none() {
+            if read_only {
+                return Err(open_error(format!(
+                    "table \"{}\" does not exist, and a read-only store creates nothing",
+                    self.table
+                )));
+            }
+            conn.execute_batch(&sql::create_table(&self.table))
+                .map_err(open_error)?;
+        }
+        // Checked even when just created: another process may have created
+        // it first, with another definition (`IF NOT EXISTS` says nothing).
+        schema::verify(&conn, &self.table)?;
+        // A read-only store reads right without the index, only slower.
+        if !read_only && !schema::has_event_date_index(&conn, &self.table).map_err(open_error)? {
+            conn.execute_batch(&sql::create_index(&self.table))
+                .map_err(open_error)?;
+        }
+        Ok(Opened {
+            conn,
+            read_only,
+            length_limit: usize::try_from(length_limit).unwrap_or(0),
+        })
+    }
+}

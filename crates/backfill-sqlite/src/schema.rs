@@ -1,0 +1,542 @@
+//! The check of a table that already exists against the one the store
+//! would have created ([`sql::columns`]).
+//!
+//! SQLite reports most of a table's definition through pragmas (columns,
+//! declared types, `NOT NULL`, primary key, collations, `STRICT`, indexes);
+//! the `CHECK`s only live in the `CREATE TABLE` text kept in
+//! `sqlite_schema`, so they are read from it with a small tokenizer and
+//! compared token by token (case and whitespace aside).
+
+use std::fmt;
+
+use backfill_core::Result;
+use rusqlite::{Connection, OptionalExtension};
+
+use crate::error::open as open_error;
+use crate::sql::{self, COLLATION, INDEXED, TYPE};
+
+/// What kind of object holds the table's name, if any.
+pub(crate) fn object_kind(conn: &Connection, table: &str) -> rusqlite::Result<Option<String>> {
+    // Names are case-insensitive in SQLite: `T` is in the way of `t` too.
+    conn.query_row(
+        "SELECT type FROM sqlite_schema WHERE name = ?1 COLLATE NOCASE",
+        [table],
+        |row| row.get(0),
+    )
+    .optional()
+}
+
+/// Whether the table has an index that serves a day's rows: a full index
+/// whose first column is `event_date`, compared by bytes.
+pub(crate) fn has_event_date_index(conn: &Connection, table: &str) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (
+             SELECT 1 FROM pragma_index_list(?1) AS l, pragma_index_xinfo(l.name) AS i
+             WHERE l.partial = 0 AND i.seqno = 0
+               AND i.name = ?2 COLLATE NOCASE AND i.coll = ?3 COLLATE NOCASE)",
+        [table, INDEXED, COLLATION],
+        |row| row.get(0),
+    )
+}
+
+/// An existing table that is not the one the store creates: every
+/// difference found, each naming its column.
+#[derive(Debug)]
+pub(crate) struct TableMismatch {
+    table: String,
+    differences: Vec<String>,
+}
+
+impl fmt::Display for TableMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "table \"{}\" exists with another definition than the store's, \
+             and writing to it could store wrong data: {}",
+            self.table,
+            self.differences.join("; ")
+        )
+    }
+}
+
+impl std::error::Error for TableMismatch {}
+
+/// Checks the existing table `table` against the store's definition.
+///
+/// # Errors
+///
+/// [`Error::Open`](backfill_core::Error::Open) naming every difference, or SQLite's error.
+pub(crate) fn verify(conn: &Connection, table: &str) -> Result<()> {
+    let differences = differences(conn, table).map_err(open_error)?;
+    if differences.is_empty() {
+        Ok(())
+    } else {
+        Err(open_error(TableMismatch {
+            table: table.to_owned(),
+            differences,
+        }))
+    }
+}
+
+fn differences(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
+    let mut found = Vec::new();
+    let Some((kind, without_rowid, strict)) = conn
+        .query_row(
+            "SELECT type, wr, strict FROM pragma_table_list
+             WHERE schema = 'main' AND name = ?1 COLLATE NOCASE",
+            [table],
+            |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, bool>(1)?,
+                    row.get::<_, bool>(2)?,
+                ))
+            },
+        )
+        .optional()?
+    else {
+        found.push("it does not exist".to_owned());
+        return Ok(found);
+    };
+    if kind != "table" {
+        found.push(format!("it is a {kind}, not a table"));
+        return Ok(found);
+    }
+    if !strict {
+        found.push("the table is not STRICT, so declared types are not enforced".to_owned());
+    }
+    if without_rowid {
+        found.push("the table is WITHOUT ROWID".to_owned());
+    }
+
+    let expected = sql::columns();
+    let mut stmt = conn.prepare(
+        "SELECT name, type, \"notnull\", pk, hidden FROM pragma_table_xinfo(?1) ORDER BY cid",
+    )?;
+    let actual: Vec<(String, String, bool, i64, i64)> = stmt
+        .query_map([table], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    for column in &expected {
+        if !actual.iter().any(|a| a.0.eq_ignore_ascii_case(column.name)) {
+            found.push(format!("column \"{}\" is missing", column.name));
+        }
+    }
+    for (name, declared, not_null, pk, hidden) in &actual {
+        let Some(column) = expected.iter().find(|c| c.name.eq_ignore_ascii_case(name)) else {
+            found.push(format!("column \"{name}\" is not one the store creates"));
+            continue;
+        };
+        let name = column.name;
+        if *hidden != 0 {
+            found.push(format!("column \"{name}\" is generated or hidden"));
+        }
+        if !declared.eq_ignore_ascii_case(TYPE) {
+            found.push(format!(
+                "column \"{name}\" is declared {}, expected {TYPE}",
+                if declared.is_empty() {
+                    "without a type"
+                } else {
+                    declared
+                }
+            ));
+        }
+        if !not_null {
+            found.push(format!("column \"{name}\" allows NULL, expected NOT NULL"));
+        }
+        match (column.primary_key, *pk != 0) {
+            (true, false) => found.push(format!("column \"{name}\" is not the primary key")),
+            (false, true) => found.push(format!(
+                "column \"{name}\" is part of the primary key, expected \"key\" alone"
+            )),
+            _ => {}
+        }
+        let collation = column_collation(conn, table, name)?;
+        if !collation.eq_ignore_ascii_case(COLLATION) {
+            found.push(format!(
+                "column \"{name}\" has collation {collation}, expected {COLLATION}"
+            ));
+        }
+    }
+
+    // Uniqueness follows the index's collation, not the column's: a
+    // `PRIMARY KEY (key COLLATE NOCASE)` makes `a` and `A` one row.
+    let mut stmt = conn.prepare(
+        "SELECT l.name, l.origin, i.name, i.coll
+         FROM pragma_index_list(?1) AS l, pragma_index_xinfo(l.name) AS i
+         WHERE l.\"unique\" = 1 AND i.key = 1 ORDER BY l.name, i.seqno",
+    )?;
+    let unique: Vec<(String, String, Option<String>, String)> = stmt
+        .query_map([table], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    for (index, origin, column, collation) in &unique {
+        let column = column.as_deref().unwrap_or("an expression");
+        if origin == "pk" {
+            if !collation.eq_ignore_ascii_case(COLLATION) {
+                found.push(format!(
+                    "the primary key on \"{column}\" has collation {collation}, \
+                     expected {COLLATION}"
+                ));
+            }
+        } else {
+            found.push(format!(
+                "unique index \"{index}\" on \"{column}\" is not one the store creates \
+                 (it would refuse valid batches)"
+            ));
+        }
+    }
+    let foreign_keys: i64 = conn.query_row(
+        "SELECT count(*) FROM pragma_foreign_key_list(?1)",
+        [table],
+        |row| row.get(0),
+    )?;
+    if foreign_keys > 0 {
+        found.push("the table has a FOREIGN KEY the store does not create".to_owned());
+    }
+
+    let create: String = conn.query_row(
+        "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?1 COLLATE NOCASE",
+        [table],
+        |row| row.get(0),
+    )?;
+    let present: Vec<&str> = actual.iter().map(|a| a.0.as_str()).collect();
+    found.extend(check_differences(&create, &present));
+    Ok(found)
+}
+
+/// The column's collation, from SQLite itself (the last `COLLATE` of its
+/// definition, or `BINARY`).
+fn column_collation(conn: &Connection, table: &str, column: &str) -> rusqlite::Result<String> {
+    let (_, collation, _, _, _) = conn.column_metadata(None, table, column)?;
+    Ok(collation.map_or_else(
+        || COLLATION.to_owned(),
+        |c| c.to_string_lossy().into_owned(),
+    ))
+}
+
+/// Each present column's `CHECK`s in `create` against the store's (a
+/// missing column is reported once, as missing).
+fn check_differences(create: &str, present: &[&str]) -> Vec<String> {
+    let Some(checks) = checks(create) else {
+        return vec!["its CREATE TABLE text could not be read".to_owned()];
+    };
+    let mut found = Vec::new();
+    let columns = sql::columns();
+    let present = columns
+        .iter()
+        .filter(|c| present.iter().any(|p| p.eq_ignore_ascii_case(c.name)));
+    for column in present {
+        let accepted: Vec<Option<Vec<String>>> = std::iter::once(column.check.as_str())
+            .chain(column.earlier_checks.iter().copied())
+            .map(normalize)
+            .collect();
+        let own: Vec<&Check> = checks
+            .iter()
+            .filter(|c| {
+                c.column
+                    .as_deref()
+                    .is_some_and(|n| n.eq_ignore_ascii_case(column.name))
+            })
+            .collect();
+        match own.as_slice() {
+            [one] if accepted.iter().flatten().any(|a| *a == one.tokens) => {}
+            [] => found.push(format!(
+                "column \"{}\" has no CHECK, expected CHECK ({})",
+                column.name,
+                collapse(&column.check)
+            )),
+            _ => found.push(format!(
+                "column \"{}\" has {}, expected CHECK ({})",
+                column.name,
+                own.iter()
+                    .map(|c| format!("CHECK ({})", c.text))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                collapse(&column.check)
+            )),
+        }
+    }
+    for check in checks.iter().filter(|c| c.column.is_none()) {
+        found.push(format!(
+            "a table CHECK ({}) is not one the store creates",
+            check.text
+        ));
+    }
+    found
+}
+
+/// One `CHECK` of a `CREATE TABLE`.
+#[derive(Debug)]
+struct Check {
+    /// The column whose definition holds it; `None` for a table constraint.
+    column: Option<String>,
+    /// Its expression as written, whitespace collapsed (for messages).
+    text: String,
+    /// Its expression, normalized (for comparing).
+    tokens: Vec<String>,
+}
+
+/// Every `CHECK` in a `CREATE TABLE` text, with the column it belongs to;
+/// `None` if the text cannot be read.
+fn checks(create: &str) -> Option<Vec<Check>> {
+    let tokens = tokenize(create)?;
+    // The column definitions sit between the first `(` and its match.
+    let open = tokens.iter().position(|t| t.kind == Kind::Punct('('))?;
+    let mut checks = Vec::new();
+    let mut depth = 0usize;
+    let mut item_start = open + 1;
+    let mut i = open + 1;
+    while i < tokens.len() {
+        match tokens[i].kind {
+            Kind::Punct('(') => depth += 1,
+            Kind::Punct(')') if depth == 0 => {
+                item_checks(create, &tokens[item_start..i], &mut checks)?;
+                return Some(checks);
+            }
+            Kind::Punct(')') => depth -= 1,
+            Kind::Punct(',') if depth == 0 => {
+                item_checks(create, &tokens[item_start..i], &mut checks)?;
+                item_start = i + 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The `CHECK`s of one column definition or table constraint.
+fn item_checks(create: &str, item: &[Token], checks: &mut Vec<Check>) -> Option<()> {
+    const TABLE_CONSTRAINTS: [&str; 5] = ["constraint", "primary", "unique", "check", "foreign"];
+    let column = match &item.first()?.kind {
+        Kind::Word(w) if TABLE_CONSTRAINTS.contains(&w.as_str()) => None,
+        Kind::Word(name) | Kind::Ident(name) => Some(name.clone()),
+        _ => return None,
+    };
+    let mut i = 0;
+    while i < item.len() {
+        let is_check = matches!(&item[i].kind, Kind::Word(w) if w == "check")
+            && item.get(i + 1).map(|t| &t.kind) == Some(&Kind::Punct('('));
+        if !is_check {
+            // Skip parenthesized groups (a DEFAULT, a type's size) whole.
+            if item[i].kind == Kind::Punct('(') {
+                i = matching(item, i)?;
+            }
+            i += 1;
+            continue;
+        }
+        let close = matching(item, i + 1)?;
+        let inner = &item[i + 2..close];
+        let text = match (inner.first(), inner.last()) {
+            (Some(first), Some(last)) => collapse(&create[first.start..last.end]),
+            _ => String::new(),
+        };
+        checks.push(Check {
+            column: column.clone(),
+            text,
+            tokens: inner.iter().map(Token::normalized).collect(),
+        });
+        i = close + 1;
+    }
+    Some(())
+}
+
+/// The index of the `)` that closes the `(` at `open`.
+fn matching(tokens: &[Token], open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, token) in tokens.iter().enumerate().skip(open) {
+        match token.kind {
+            Kind::Punct('(') => depth += 1,
+            Kind::Punct(')') => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn normalize(expression: &str) -> Option<Vec<String>> {
+    Some(
+        tokenize(expression)?
+            .iter()
+            .map(Token::normalized)
+            .collect(),
+    )
+}
+
+fn collapse(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Kind {
+    /// A keyword, a bare name or a number, lowercased.
+    Word(String),
+    /// A quoted name (`"x"`, `[x]`, `` `x` ``), unquoted and lowercased:
+    /// SQLite names ignore case.
+    Ident(String),
+    /// A string literal, quotes included, case kept.
+    Str(String),
+    Punct(char),
+}
+
+#[derive(Debug)]
+struct Token {
+    kind: Kind,
+    start: usize,
+    end: usize,
+}
+
+impl Token {
+    /// The form two equivalent expressions share: a quoted name and the
+    /// same name bare compare equal, and so do keywords in any case.
+    fn normalized(&self) -> String {
+        match &self.kind {
+            Kind::Word(w) | Kind::Ident(w) => w.clone(),
+            Kind::Str(s) => s.clone(),
+            Kind::Punct(c) => c.to_string(),
+        }
+    }
+}
+
+/// SQLite's lexical structure, enough to find and compare `CHECK`s:
+/// comments and whitespace dropped, quotes honoured. `None` for an
+/// unterminated quote or comment.
+fn tokenize(text: &str) -> Option<Vec<Token>> {
+    let bytes = text.as_bytes();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let start = i;
+        let b = bytes[i];
+        let kind = match b {
+            _ if b.is_ascii_whitespace() => {
+                i += 1;
+                continue;
+            }
+            b'-' if bytes.get(i + 1) == Some(&b'-') => {
+                i = text[i..].find('\n').map_or(bytes.len(), |n| i + n + 1);
+                continue;
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i = i + 2 + text[i + 2..].find("*/")? + 2;
+                continue;
+            }
+            b'\'' | b'"' | b'`' | b'[' => {
+                let close = if b == b'[' { b']' } else { b };
+                i = quoted_end(bytes, i, close)?;
+                let inner = &text[start + 1..i - 1];
+                if b == b'\'' {
+                    Kind::Str(text[start..i].to_owned())
+                } else {
+                    let doubled = [close as char; 2].iter().collect::<String>();
+                    let name = inner.replace(&doubled, &(close as char).to_string());
+                    Kind::Ident(name.to_lowercase())
+                }
+            }
+            _ if is_word_byte(b) => {
+                while i < bytes.len() && is_word_byte(bytes[i]) {
+                    i += 1;
+                }
+                Kind::Word(text[start..i].to_lowercase())
+            }
+            _ => {
+                let c = text[i..].chars().next()?;
+                i += c.len_utf8();
+                Kind::Punct(c)
+            }
+        };
+        tokens.push(Token {
+            kind,
+            start,
+            end: i,
+        });
+    }
+    Some(tokens)
+}
+
+/// The end (one past the closing quote) of the quoted text at `open`; a
+/// doubled quote is part of the text.
+fn quoted_end(bytes: &[u8], open: usize, close: u8) -> Option<usize> {
+    let mut i = open + 1;
+    loop {
+        if *bytes.get(i)? == close {
+            if close != b']' && bytes.get(i + 1) == Some(&close) {
+                i += 2;
+                continue;
+            }
+            return Some(i + 1);
+        }
+        i += 1;
+    }
+}
+
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || !b.is_ascii()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stores_own_table_has_no_difference() {
+        let all = ["key", "event_date", "value", "updated_at"];
+        assert_eq!(
+            check_differences(&sql::create_table("t"), &all),
+            Vec::<String>::new()
+        );
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(&sql::create_table("t")).unwrap();
+        assert!(differences(&conn, "t").unwrap().is_empty());
+    }
+
+    #[test]
+    fn checks_are_compared_by_tokens() {
+        let found = checks(
+            "CREATE TABLE \"t\" (\n  \"key\" TEXT /* a ( comment */ CHECK(Length(key)>0), -- x\n  \
+             v TEXT DEFAULT ('a,b') CONSTRAINT c CHECK (v <> 'A'), CHECK (1))",
+        )
+        .unwrap();
+        let seen: Vec<(Option<&str>, &str, String)> = found
+            .iter()
+            .map(|c| (c.column.as_deref(), c.text.as_str(), c.tokens.join(" ")))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (
+                    Some("key"),
+                    "Length(key)>0",
+                    "length ( key ) > 0".to_owned()
+                ),
+                (Some("v"), "v <> 'A'", "v < > 'A'".to_owned()),
+                (None, "1", "1".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn unreadable_text_is_a_difference_not_a_panic() {
+        for text in [
+            "CREATE TABLE t (a TEXT CHECK ('x)",
+            "CREATE TABLE t (a",
+            "/*",
+        ] {
+            assert!(!check_differences(text, &["a"]).is_empty(), "{text}");
+        }
+    }
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The newcomer check: a fresh crate outside the workspace, with exactly the
+# README's install lines as its dependencies and the README's first Rust
+# snippet as its main, must build and run. Nothing is published yet, so the
+# crates.io names are redirected to this workspace with [patch.crates-io];
+# everything else resolves as it would for a user.
+#
+#   scripts/newcomer-check.sh            # from anywhere in the repository
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+readme="$repo/README.md"
+
+# The dependency lines: the first ```toml block of the "## Install" section.
+deps=$(awk '
+    /^## Install/ { in_section = 1; next }
+    in_section && /^## / { exit }
+    in_section && /^```toml/ { in_block = 1; next }
+    in_block && /^```/ { exit }
+    in_block && !/^\[dependencies\]/ { print }
+' "$readme")
+# The first Rust snippet of the README.
+main=$(awk '
+    /^```rust/ { in_block = 1; next }
+    in_block && /^```/ { exit }
+    in_block { print }
+' "$readme")
+[[ -n "$deps" ]] || { echo "no \`\`\`toml block under ## Install in README.md" >&2; exit 1; }
+[[ -n "$main" ]] || { echo "no \`\`\`rust block in README.md" >&2; exit 1; }
+
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+mkdir "$dir/src"
+cat > "$dir/Cargo.toml" <<TOML
+[package]
+name = "newcomer"
+version = "0.0.0"
+edition = "2021"
+publish = false
+
+[dependencies]
+$deps
+
+[patch.crates-io]
+backfill-core = { path = "$repo/crates/backfill-core" }
+backfill-sqlite = { path = "$repo/crates/backfill-sqlite" }
+backfill-postgres = { path = "$repo/crates/backfill-postgres" }
+
+# Not a member of the workspace above it.
+[workspace]
+TOML
+printf '%s\n' "$main" > "$dir/src/main.rs"
+# The workspace's lock file: the same versions of the shared dependencies,
+# so the check builds from what is already compiled and downloaded.
+cp "$repo/Cargo.lock" "$dir/Cargo.lock"
+
+echo "README install lines:"
+printf '%s\n' "$deps" | sed 's/^/    /'
+cd "$dir"
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}" cargo run --quiet
+echo "newcomer check: the README's first snippet builds and runs with its install lines"
