@@ -41,6 +41,26 @@ pub enum Error {
         found: NaiveDate,
     },
 
+    /// A replace was refused by the job's
+    /// [`ReplaceGuard`](crate::ReplaceGuard): an empty listing for a day
+    /// that has live rows, or one that would delete more than the allowed
+    /// fraction of them. Nothing of the batch was written; not retryable
+    /// (the same listing would be refused again).
+    #[error(
+        "replace of {day} refused ({reason}): it would delete {would_delete} of the day's \
+         {live} live rows; allow it with the job's replace guard if that is right"
+    )]
+    ReplaceRefused {
+        /// The day of the listing.
+        day: NaiveDate,
+        /// How many live rows the replace would have turned into tombstones.
+        would_delete: u64,
+        /// The day's live rows when the replace was refused.
+        live: u64,
+        /// Which rule refused it.
+        reason: crate::store::Refusal,
+    },
+
     /// A backfill range whose start is after its end.
     #[error("invalid range: start {start} is after end {end}")]
     InvalidRange {
@@ -261,6 +281,8 @@ pub enum Problem {
     OutOfRange,
     /// The instant is a leap second, which stores cannot keep.
     LeapSecond,
+    /// A tombstone carries a value; a deleted key has none.
+    NotEmptyInTombstone,
 }
 
 impl fmt::Display for Problem {
@@ -271,6 +293,7 @@ impl fmt::Display for Problem {
             Problem::ContainsNul => f.write_str("contains a NUL character"),
             Problem::OutOfRange => f.write_str("is outside years 1 to 9999"),
             Problem::LeapSecond => f.write_str("is a leap second"),
+            Problem::NotEmptyInTombstone => f.write_str("is not empty in a tombstone"),
         }
     }
 }

@@ -69,14 +69,14 @@ mod write;
 pub mod conformance;
 
 pub use error::{BoxError, Error, Field, Problem, Result, Transient};
-pub use fetch::Fetch;
+pub use fetch::{Fetch, Fetched};
 pub use job::{
     backfill, sync_day, BackfillError, Clock, DayReport, Event, FailedDay, FixedClock, Job, Retry,
     RunReport, SystemClock,
 };
 pub use memory::MemoryStore;
 pub use record::{Record, MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
-pub use store::{Batch, Counts, Mode, Store};
+pub use store::{Batch, Counts, Mode, Refusal, ReplaceGuard, Store};
 pub use write::{upsert, EventDates, WriteOptions};
 
 /// What the `conformance_tests!` macro's expansion needs, by a path that

@@ -5,21 +5,29 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
 
 use crate::error::Result;
 use crate::record::Record;
-use crate::store::{Batch, Counts, Mode, Store};
+use crate::store::{Batch, Counts, Store};
 
 /// A store in a `BTreeMap`, written as plainly as the contract reads.
 ///
 /// Good for tests, examples and as the oracle in differential tests: every
-/// adapter must end with the same rows as a `MemoryStore` given the same
-/// batches.
+/// adapter must end with the same rows, tombstones included, as a
+/// `MemoryStore` given the same batches.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    // Keyed by `String`, whose `Ord` is byte order, like the stores' `COLLATE "C"`.
-    rows: Mutex<BTreeMap<String, Record>>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    // Keyed by `String`, whose `Ord` is byte order, like the stores'
+    // `COLLATE "C"`. Tombstones included.
+    rows: BTreeMap<String, Record>,
+    // The listing watermark of each day that had a listing applied.
+    watermarks: BTreeMap<NaiveDate, DateTime<Utc>>,
 }
 
 impl MemoryStore {
@@ -28,67 +36,146 @@ impl MemoryStore {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Record>> {
-        // A panic elsewhere cannot leave the map half-written: `apply`
-        // validates before it mutates, and each mutation is one map call.
-        self.rows
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic elsewhere cannot leave the state half-written: `apply`
+        // decides everything before it mutates, and nothing after can fail.
+        self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The listing watermark of `day`: the latest `as_of` of a listing
+    /// applied for it.
+    pub fn listing_watermark(&self, day: NaiveDate) -> Option<DateTime<Utc>> {
+        self.lock().watermarks.get(&day).copied()
     }
 }
 
 #[async_trait]
 impl Store for MemoryStore {
     async fn get(&self, key: &str) -> Result<Option<Record>> {
-        Ok(self.lock().get(key).cloned())
+        Ok(self
+            .lock()
+            .rows
+            .get(key)
+            .filter(|r| !r.is_deleted())
+            .cloned())
     }
 
     async fn rows(&self) -> Result<Vec<Record>> {
-        Ok(self.lock().values().cloned().collect())
-    }
-
-    async fn day_rows(&self, day: NaiveDate) -> Result<Vec<Record>> {
-        Ok(self
-            .lock()
+        let state = self.lock();
+        Ok(state
+            .rows
             .values()
-            .filter(|r| r.event_date() == day)
+            .filter(|r| !r.is_deleted())
             .cloned()
             .collect())
     }
 
+    async fn day_rows(&self, day: NaiveDate) -> Result<Vec<Record>> {
+        let state = self.lock();
+        Ok(state
+            .rows
+            .values()
+            .filter(|r| !r.is_deleted() && r.event_date() == day)
+            .cloned()
+            .collect())
+    }
+
+    async fn rows_with_tombstones(&self) -> Result<Vec<Record>> {
+        Ok(self.lock().rows.values().cloned().collect())
+    }
+
     async fn apply(&self, batch: &Batch) -> Result<Counts> {
         // Refuse the whole batch before touching anything: atomic by
-        // construction, since nothing below can fail.
+        // construction, since every decision is made before the first
+        // mutation.
         for record in batch.records() {
             record.validate()?;
         }
-        let mut rows = self.lock();
+        let mut state = self.lock();
+        let mut writes: Vec<Record> = Vec::new();
         let mut counts = Counts::default();
+
+        // 1–2. Merge each record; a live record that would be written at
+        // or before its day's watermark (as it was before this batch) is
+        // written as its own tombstone.
         for record in batch.records() {
-            match rows.get_mut(record.key()) {
-                None => {
-                    rows.insert(record.key().to_owned(), record.clone());
-                    counts.inserted += 1;
-                }
-                Some(stored) if record.supersedes(stored) => {
-                    *stored = record.clone();
-                    counts.updated += 1;
-                }
+            let stored = state.rows.get(record.key());
+            match stored {
                 Some(stored) if stored == record => counts.unchanged += 1,
-                Some(_) => counts.stale += 1,
+                Some(stored) if !record.supersedes(stored) => counts.stale += 1,
+                _ => {
+                    let watermark = state.watermarks.get(&record.event_date());
+                    let written = match watermark {
+                        Some(mark) if !record.is_deleted() && record.updated_at() <= *mark => {
+                            record.to_tombstone()
+                        }
+                        _ => record.clone(),
+                    };
+                    let was_live = stored.is_some_and(|s| !s.is_deleted());
+                    match (written.is_deleted(), was_live) {
+                        (true, _) => counts.deleted += 1,
+                        (false, true) => counts.updated += 1,
+                        (false, false) => counts.inserted += 1,
+                    }
+                    writes.push(written);
+                }
             }
         }
-        if batch.mode() == Mode::Replace {
-            let before = rows.len();
-            let records = batch.records();
-            rows.retain(|key, row| {
-                row.event_date() != batch.day()
-                    || records
-                        .binary_search_by(|r| r.key().cmp(key.as_str()))
-                        .is_ok()
-            });
-            counts.deleted = (before - rows.len()) as u64;
+
+        // 3. A listing: the day's live rows it lacks, not newer than
+        // `as_of`, become their own tombstones.
+        let mut unlisted = Vec::new();
+        if let Some(as_of) = batch.as_of() {
+            let written: BTreeMap<&str, &Record> = writes.iter().map(|r| (r.key(), r)).collect();
+            let mut live = 0u64;
+            for (key, stored) in &state.rows {
+                // The day's rows as they are after the merge above.
+                let row = written.get(key.as_str()).copied().unwrap_or(stored);
+                if row.is_deleted() || row.event_date() != batch.day() {
+                    continue;
+                }
+                live += 1;
+                let listed = batch
+                    .records()
+                    .binary_search_by(|r| r.key().cmp(key.as_str()))
+                    .is_ok();
+                if !listed && row.updated_at() <= as_of {
+                    unlisted.push(row.to_tombstone());
+                }
+            }
+            // Keys the merge made live that were not stored before.
+            live += writes
+                .iter()
+                .filter(|r| {
+                    !r.is_deleted()
+                        && r.event_date() == batch.day()
+                        && !state.rows.contains_key(r.key())
+                })
+                .count() as u64;
+            batch.check_replace(unlisted.len() as u64, live)?;
+            counts.deleted += unlisted.len() as u64;
+            counts.unlisted = unlisted.len() as u64;
+        }
+
+        // Nothing below can fail.
+        for row in writes.into_iter().chain(unlisted) {
+            state.rows.insert(row.key().to_owned(), row);
+        }
+        if let Some(as_of) = batch.as_of() {
+            let mark = state.watermarks.entry(batch.day()).or_insert(as_of);
+            *mark = (*mark).max(as_of);
         }
         Ok(counts)
+    }
+
+    async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {
+        let mut state = self.lock();
+        let count = state.rows.len();
+        state
+            .rows
+            .retain(|_, row| !(row.is_deleted() && row.updated_at() < before));
+        Ok((count - state.rows.len()) as u64)
     }
 }

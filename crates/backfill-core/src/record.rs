@@ -20,25 +20,30 @@ pub const MIN_YEAR: i32 = 1;
 /// The latest year a date or instant may fall in (see [`MIN_YEAR`]).
 pub const MAX_YEAR: i32 = 9999;
 
-/// One version of one keyed row.
+/// One version of one keyed row: a live row, or a **tombstone** saying the
+/// key was deleted.
 ///
-/// A `Record` can only be built through [`Record::new`], which enforces the
-/// record rules, so every `Record` a program holds is valid:
+/// A `Record` can only be built through [`Record::new`] (live) or
+/// [`Record::tombstone`], which enforce the record rules, so every `Record`
+/// a program holds is valid:
 ///
 /// | field | rule |
 /// |---|---|
 /// | `key` | non-empty, at most [`MAX_KEY_BYTES`] bytes, no NUL character |
 /// | `event_date` | the day partition the record belongs to; years 1–9999 |
-/// | `value` | the payload (often JSON); no NUL character |
+/// | `value` | the payload (often JSON); no NUL character; empty for a tombstone |
 /// | `updated_at` | UTC, truncated to whole microseconds; years 1–9999, no leap second |
+/// | `deleted` | whether this version is a tombstone: the key deleted as of `updated_at` |
 ///
 /// # Which version wins
 ///
 /// For one key, the version with the greater
-/// `(updated_at, value, event_date)` wins, compared left to right, text by its
-/// UTF-8 bytes. This is a total order, so the winner among any set of
-/// versions does not depend on the order they arrive in; see
-/// [`Record::supersedes`].
+/// `(updated_at, deleted, value, event_date)` wins, compared left to right,
+/// `false < true`, text by its UTF-8 bytes. This is a total order, so the
+/// winner among any set of versions does not depend on the order they
+/// arrive in; see [`Record::supersedes`]. A tombstone beats every live
+/// version with the same or an earlier `updated_at`; a live version with a
+/// later `updated_at` brings the key back.
 ///
 /// ```
 /// use backfill_core::Record;
@@ -53,8 +58,9 @@ pub const MAX_YEAR: i32 = 9999;
 /// ```
 ///
 /// With the `serde` feature a record serializes as
-/// `{"key", "event_date", "value", "updated_at"}` and deserializes through
-/// [`Record::new`], so the rules hold for records read from JSON too.
+/// `{"key", "event_date", "value", "updated_at", "deleted"}` and
+/// deserializes through the same checks (`deleted` may be left out: a live
+/// record), so the rules hold for records read from JSON too.
 #[derive(Clone, PartialEq, Eq, Hash)]
 #[cfg_attr(
     feature = "serde",
@@ -66,6 +72,7 @@ pub struct Record {
     event_date: NaiveDate,
     value: String,
     updated_at: DateTime<Utc>,
+    deleted: bool,
 }
 
 impl Record {
@@ -88,6 +95,54 @@ impl Record {
         Ok(record)
     }
 
+    /// Builds a tombstone: `key` deleted as of `deleted_at`, in the day
+    /// partition `event_date` (the day of the key's last live version), with
+    /// an empty value. It goes through [`upsert`](crate::upsert) like any
+    /// record and wins or loses by the version order.
+    ///
+    /// ```
+    /// use backfill_core::Record;
+    /// use chrono::{Duration, NaiveDate, TimeZone, Utc};
+    ///
+    /// let day = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
+    /// let at = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
+    /// let live = Record::new("order:1", day, "{}", at)?;
+    /// let gone = Record::tombstone("order:1", day, at)?;
+    /// assert!(gone.is_deleted() && gone.value().is_empty());
+    /// assert!(gone.supersedes(&live), "deleted as of the same instant");
+    /// let back = Record::new("order:1", day, "{}", at + Duration::seconds(1))?;
+    /// assert!(back.supersedes(&gone), "a later version brings the key back");
+    /// # Ok::<(), backfill_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidRecord`] naming the key, the field and the problem.
+    pub fn tombstone(
+        key: impl Into<String>,
+        event_date: NaiveDate,
+        deleted_at: DateTime<Utc>,
+    ) -> Result<Self> {
+        let mut record = Self::new_unchecked(key.into(), event_date, String::new(), deleted_at);
+        record.deleted = true;
+        record.validate()?;
+        Ok(record)
+    }
+
+    /// This version as its own tombstone: the same key, `event_date` and
+    /// `updated_at`, deleted, with an empty value. It supersedes exactly
+    /// this version and every older one; a listing that lacks a row, and
+    /// the listing watermark, delete rows this way.
+    pub fn to_tombstone(&self) -> Self {
+        Self {
+            key: self.key.clone(),
+            event_date: self.event_date,
+            value: String::new(),
+            updated_at: self.updated_at,
+            deleted: true,
+        }
+    }
+
     /// Builds a record without checking the rules (microseconds are still
     /// truncated). Only the conformance suite uses it, to prove that a bad
     /// record never reaches a table.
@@ -102,6 +157,7 @@ impl Record {
             event_date,
             value,
             updated_at: truncate_to_micros(updated_at),
+            deleted: false,
         }
     }
 
@@ -138,6 +194,9 @@ impl Record {
         if self.value.contains('\0') {
             return fail(Field::Value, Problem::ContainsNul);
         }
+        if self.deleted && !self.value.is_empty() {
+            return fail(Field::Value, Problem::NotEmptyInTombstone);
+        }
         if !year_in_range(self.event_date.year()) {
             return fail(Field::EventDate, Problem::OutOfRange);
         }
@@ -167,22 +226,30 @@ impl Record {
         &self.value
     }
 
-    /// When this version was written upstream, at microsecond precision.
+    /// When this version was written upstream (for a tombstone, when the
+    /// key was deleted), at microsecond precision.
     pub fn updated_at(&self) -> DateTime<Utc> {
         self.updated_at
     }
 
-    /// Splits the record into `(key, event_date, value, updated_at)`.
+    /// Whether this version is a tombstone.
+    pub fn is_deleted(&self) -> bool {
+        self.deleted
+    }
+
+    /// Splits the record into `(key, event_date, value, updated_at)`; see
+    /// [`Record::is_deleted`] first if it may be a tombstone.
     pub fn into_parts(self) -> (String, NaiveDate, String, DateTime<Utc>) {
         (self.key, self.event_date, self.value, self.updated_at)
     }
 
     /// Compares the *versions* of two records:
-    /// `(updated_at, value, event_date)`, left to right, text by UTF-8 bytes.
-    /// Keys are not compared.
+    /// `(updated_at, deleted, value, event_date)`, left to right,
+    /// `false < true`, text by UTF-8 bytes. Keys are not compared.
     pub fn cmp_version(&self, other: &Self) -> Ordering {
         self.updated_at
             .cmp(&other.updated_at)
+            .then_with(|| self.deleted.cmp(&other.deleted))
             .then_with(|| self.value.as_bytes().cmp(other.value.as_bytes()))
             .then_with(|| self.event_date.cmp(&other.event_date))
     }
@@ -200,6 +267,7 @@ impl fmt::Debug for Record {
             .field("event_date", &self.event_date)
             .field("value", &self.value)
             .field("updated_at", &self.updated_at)
+            .field("deleted", &self.deleted)
             .finish()
     }
 }
@@ -212,6 +280,8 @@ struct RecordFields {
     event_date: NaiveDate,
     value: String,
     updated_at: DateTime<Utc>,
+    #[serde(default)]
+    deleted: bool,
 }
 
 #[cfg(feature = "serde")]
@@ -219,7 +289,10 @@ impl TryFrom<RecordFields> for Record {
     type Error = Error;
 
     fn try_from(f: RecordFields) -> Result<Self> {
-        Record::new(f.key, f.event_date, f.value, f.updated_at)
+        let mut record = Record::new_unchecked(f.key, f.event_date, f.value, f.updated_at);
+        record.deleted = f.deleted;
+        record.validate()?;
+        Ok(record)
     }
 }
 
@@ -331,6 +404,13 @@ mod tests {
         let bad = json.replace(r#""key":"k""#, r#""key":"""#);
         let err = serde_json::from_str::<Record>(&bad).unwrap_err();
         assert!(err.to_string().contains("key is empty"), "{err}");
+        let gone = Record::tombstone("k", day(), at()).unwrap();
+        let text = serde_json::to_string(&gone).unwrap();
+        assert!(text.contains(r#""deleted":true"#), "{text}");
+        assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), gone);
+        let with_value = json.replace(r#""value":"{}""#, r#""value":"{}","deleted":true"#);
+        let err = serde_json::from_str::<Record>(&with_value).unwrap_err();
+        assert!(err.to_string().contains("tombstone"), "{err}");
     }
 
     #[test]
@@ -344,5 +424,24 @@ mod tests {
         let later_day = Record::new("k", day().succ_opt().unwrap(), "b", at()).unwrap();
         assert!(later_day.supersedes(&a), "event_date breaks the last tie");
         assert!(!a.supersedes(&a.clone()));
+    }
+
+    #[test]
+    fn tombstones_order_after_live_versions_of_the_same_instant() {
+        let live = Record::new("k", day(), "zzz", at()).unwrap();
+        let gone = Record::tombstone("k", day(), at()).unwrap();
+        assert!(
+            gone.supersedes(&live),
+            "deleted beats live at the same instant"
+        );
+        assert_eq!(live.to_tombstone(), gone);
+        let later = Record::new("k", day(), "", at() + chrono::Duration::microseconds(1)).unwrap();
+        assert!(
+            later.supersedes(&gone),
+            "a later live version brings the key back"
+        );
+        let earlier_gone = Record::tombstone("k", day(), at() - chrono::Duration::seconds(1));
+        assert!(live.supersedes(&earlier_gone.unwrap()));
+        assert!(Record::tombstone("", day(), at()).is_err());
     }
 }

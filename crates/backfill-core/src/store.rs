@@ -5,9 +5,9 @@ use std::ops::AddAssign;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::record::Record;
 
 /// Where records are kept: an in-memory map, a SQLite file, a Postgres table,
@@ -15,36 +15,64 @@ use crate::record::Record;
 ///
 /// Stores do not decide *what* to write: [`upsert`](crate::upsert) validates
 /// and collapses a day's records into a [`Batch`], and a store applies that
-/// batch with its engine's own conditional upsert. A store must:
+/// batch with its engine's own conditional upsert. A store must, in one
+/// transaction per batch (all of it or none of it):
 ///
-/// - apply the whole batch in one transaction (all of it or none of it);
-/// - insert absent keys, overwrite a stored row only when the incoming
-///   version [supersedes](Record::supersedes) it, and not write at all when
-///   the stored row is identical or newer;
-/// - make that decision in the engine (`INSERT … ON CONFLICT … DO UPDATE …
-///   WHERE`, `MERGE`), never by reading into Rust and writing back;
-/// - in [`Mode::Replace`], then delete the rows of the batch's day whose key
-///   is not in the batch;
-/// - refuse a record that breaks the record rules, failing the whole batch
-///   (a last line of defence: `upsert` never sends one);
-/// - report exact [`Counts`].
+/// 1. merge every record, tombstones included: insert an absent key,
+///    overwrite a stored version only when the incoming one
+///    [supersedes](Record::supersedes) it, and not write at all when the
+///    stored version is identical or newer;
+/// 2. apply the **watermark rule**: a live record that would be written and
+///    whose `updated_at` is at or before the listing watermark of its own
+///    `event_date` (as it was before this batch) is written as its own
+///    tombstone ([`Record::to_tombstone`]) instead;
+/// 3. for a listing ([`Mode::Replace`], [`Batch::as_of`]): turn every live
+///    row of the batch's day whose key is not in the batch and whose
+///    `updated_at` is at or before `as_of` into its own tombstone (nothing
+///    is physically deleted), after asking [`Batch::check_replace`] whether
+///    that many may go; then raise the day's watermark to `as_of` if it is
+///    lower;
+/// 4. serialize with concurrent batches on the days whose watermark it reads
+///    or raises (a listing's day exclusively, the days of a batch's live
+///    records shared, in date order), reading watermarks after the lock;
+/// 5. make each decision in the engine (`INSERT … ON CONFLICT … DO UPDATE
+///    … WHERE`, `MERGE`), never by reading into Rust and writing back;
+/// 6. refuse a record that breaks the record rules, failing the whole
+///    batch (a last line of defence: `upsert` never sends one);
+/// 7. report exact [`Counts`], by what happened to each key.
 ///
-/// Prove all of it by running the conformance suite (the `conformance`
-/// feature) against your store.
+/// [`MemoryStore`](crate::MemoryStore) is the reference: it does exactly
+/// this, as plainly as it reads. Prove all of it by running the conformance
+/// suite (the `conformance` feature) against your store.
 #[async_trait]
 pub trait Store: Send + Sync + fmt::Debug {
-    /// Reads the stored version of `key`, if any.
+    /// Reads the stored version of `key` if it is live (`None` for an
+    /// absent or deleted key).
     async fn get(&self, key: &str) -> Result<Option<Record>>;
 
-    /// Reads every row, ordered by key bytes.
+    /// Reads every live row, ordered by key bytes.
     async fn rows(&self) -> Result<Vec<Record>>;
 
-    /// Reads the rows whose `event_date` is `day`, ordered by key bytes.
+    /// Reads the live rows whose `event_date` is `day`, ordered by key
+    /// bytes.
     async fn day_rows(&self, day: NaiveDate) -> Result<Vec<Record>>;
 
+    /// Reads every stored version, tombstones included, ordered by key
+    /// bytes: the state the convergence guarantee is about.
+    async fn rows_with_tombstones(&self) -> Result<Vec<Record>>;
+
     /// Applies one day's batch atomically and reports what happened to each
-    /// record. `collapsed` is left at zero: `upsert` fills it in.
+    /// key. `collapsed` is left at zero: `upsert` fills it in.
     async fn apply(&self, batch: &Batch) -> Result<Counts>;
+
+    /// Removes the tombstones whose `updated_at` is before `before` and
+    /// returns how many. A maintenance call, never made by a sync.
+    ///
+    /// It reopens one door: a stale re-delivery of a live version older
+    /// than a purged tombstone finds the key absent and brings it back. Set
+    /// `before` further back than the longest delay with which your
+    /// upstream may re-deliver an old version.
+    async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64>;
 }
 
 macro_rules! forward_store {
@@ -60,8 +88,14 @@ macro_rules! forward_store {
             async fn day_rows(&self, day: NaiveDate) -> Result<Vec<Record>> {
                 (**self).day_rows(day).await
             }
+            async fn rows_with_tombstones(&self) -> Result<Vec<Record>> {
+                (**self).rows_with_tombstones().await
+            }
             async fn apply(&self, batch: &Batch) -> Result<Counts> {
                 (**self).apply(batch).await
+            }
+            async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {
+                (**self).purge_tombstones(before).await
             }
         }
     )*};
@@ -69,7 +103,7 @@ macro_rules! forward_store {
 
 forward_store!(&S, Box<S>, Arc<S>);
 
-/// How a batch treats the rows of its day that it does not mention.
+/// How a batch treats the live rows of its day that it does not mention.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(
     feature = "serde",
@@ -81,9 +115,10 @@ pub enum Mode {
     /// Keep them: only the batch's own keys are touched (the default).
     #[default]
     Merge,
-    /// Delete them after the merge, so the day's partition ends up exactly
-    /// what the fetch returned (for upstream deletes). A fetch that returns
-    /// nothing for a day empties that day.
+    /// The batch is a **listing** of its day, true as of an instant
+    /// ([`Batch::as_of`]): the day's live rows it lacks, and that are not
+    /// newer than that instant, become tombstones (for upstreams that only
+    /// list what exists). Guarded by [`ReplaceGuard`].
     Replace,
 }
 
@@ -100,6 +135,8 @@ pub enum Mode {
 pub struct Batch {
     day: NaiveDate,
     mode: Mode,
+    as_of: DateTime<Utc>,
+    guard: ReplaceGuard,
     // `Arc<Vec<_>>` rather than `Arc<[_]>`: wrapping takes the vector as
     // it is, where a slice would copy a million-record batch once more.
     records: Arc<Vec<Record>>,
@@ -107,11 +144,19 @@ pub struct Batch {
 
 impl Batch {
     /// `records` must already be sorted by key with unique keys.
-    pub(crate) fn new(day: NaiveDate, mode: Mode, records: Vec<Record>) -> Self {
+    pub(crate) fn new(
+        day: NaiveDate,
+        mode: Mode,
+        as_of: DateTime<Utc>,
+        guard: ReplaceGuard,
+        records: Vec<Record>,
+    ) -> Self {
         debug_assert!(records.windows(2).all(|w| w[0].key() < w[1].key()));
         Self {
             day,
             mode,
+            as_of,
+            guard,
             records: Arc::new(records),
         }
     }
@@ -124,6 +169,14 @@ impl Batch {
     /// Merge or replace.
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// For a listing ([`Mode::Replace`]), the instant it is true as of:
+    /// live rows of the day it lacks are deleted only when they are not
+    /// newer than this, and the day's watermark rises to it. `None` in
+    /// merge mode.
+    pub fn as_of(&self) -> Option<DateTime<Utc>> {
+        (self.mode == Mode::Replace).then_some(self.as_of)
     }
 
     /// The records, unique keys, sorted by key bytes.
@@ -140,26 +193,159 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
+
+    /// The days whose watermark applying this batch reads: the
+    /// `event_date`s of its live records, in date order, without
+    /// duplicates. A listing also raises its own day's
+    /// ([`Batch::day`]), which a store locks exclusively.
+    pub fn live_days(&self) -> Vec<NaiveDate> {
+        let mut days: Vec<NaiveDate> = self
+            .records
+            .iter()
+            .filter(|r| !r.is_deleted())
+            .map(Record::event_date)
+            .collect();
+        days.sort_unstable();
+        days.dedup();
+        days
+    }
+
+    /// Whether a listing may turn `would_delete` of the day's `live` rows
+    /// into tombstones, under the job's [`ReplaceGuard`]. A store asks
+    /// inside its transaction, after merging the batch's own records, with
+    /// the number of the day's live rows at that moment; on an error it
+    /// rolls back and returns the error, so a refused replace writes
+    /// nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ReplaceRefused`] when the guard refuses.
+    pub fn check_replace(&self, would_delete: u64, live: u64) -> Result<()> {
+        self.guard
+            .check(self.day, self.is_empty(), would_delete, live)
+    }
 }
 
-/// What applying a batch did, record by record.
+/// What one replace may delete: the guard against an upstream outage that
+/// answers "200, no rows" wiping a day, or a bug that lists a fraction of
+/// it.
 ///
-/// `inserted + updated + unchanged + stale` is the number of records in the
-/// batch after collapsing; `collapsed` counts the duplicates dropped before.
+/// By default an empty listing for a day that has live rows is refused,
+/// and any fraction is allowed. Both can be changed:
+///
+/// ```
+/// use backfill_core::ReplaceGuard;
+///
+/// // Refuse any replace that would delete more than 20% of a day.
+/// let careful = ReplaceGuard::default().max_delete_fraction(0.2);
+/// // A day may really become empty upstream.
+/// let trusting = ReplaceGuard::default().allow_empty(true);
+/// # let _ = (careful, trusting);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ReplaceGuard {
+    allow_empty: bool,
+    max_delete_fraction: Option<f64>,
+}
+
+impl ReplaceGuard {
+    /// No guard at all: every replace applies.
+    pub fn off() -> Self {
+        Self {
+            allow_empty: true,
+            max_delete_fraction: None,
+        }
+    }
+
+    /// Whether an empty listing may delete a day's live rows (default
+    /// false).
+    pub fn allow_empty(mut self, allow: bool) -> Self {
+        self.allow_empty = allow;
+        self
+    }
+
+    /// The largest fraction (0 to 1) of a day's live rows one replace may
+    /// delete (default: no limit). Values outside 0..=1 are clamped.
+    pub fn max_delete_fraction(mut self, fraction: f64) -> Self {
+        let fraction = if fraction.is_nan() { 0.0 } else { fraction };
+        self.max_delete_fraction = Some(fraction.clamp(0.0, 1.0));
+        self
+    }
+
+    fn check(&self, day: NaiveDate, empty: bool, would_delete: u64, live: u64) -> Result<()> {
+        let refused = |reason| {
+            Err(Error::ReplaceRefused {
+                day,
+                would_delete,
+                live,
+                reason,
+            })
+        };
+        if would_delete == 0 {
+            return Ok(());
+        }
+        if empty && !self.allow_empty {
+            return refused(Refusal::EmptyListing);
+        }
+        if let Some(max) = self.max_delete_fraction {
+            if would_delete as f64 > max * live as f64 {
+                return refused(Refusal::TooLarge { max_fraction: max });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a [`ReplaceGuard`] refused a replace, in [`Error::ReplaceRefused`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The listing was empty and the day has live rows.
+    EmptyListing,
+    /// The replace would delete more than this fraction of the day's live
+    /// rows.
+    TooLarge {
+        /// The guard's limit.
+        max_fraction: f64,
+    },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::EmptyListing => f.write_str("the listing is empty"),
+            Refusal::TooLarge { max_fraction } => {
+                write!(f, "more than {:.1}% of the day", max_fraction * 100.0)
+            }
+        }
+    }
+}
+
+/// What applying a batch did, key by key.
+///
+/// Each record of the batch (after collapsing) lands in exactly one of
+/// `inserted`, `updated`, `deleted`, `unchanged`, `stale`; a listing's
+/// tombstones of rows it lacked are counted in `deleted` too, and also in
+/// `unlisted`. `collapsed` counts the duplicates dropped before.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Counts {
-    /// Keys that were absent and are now stored.
+    /// Written, and the key is now live where it had no live row before
+    /// (absent, or a tombstone).
     pub inserted: u64,
-    /// Stored rows that the incoming version superseded.
+    /// Written, and the key was live before and is live after.
     pub updated: u64,
-    /// Records identical to the stored row: nothing written.
+    /// Identical to the stored version: nothing written.
     pub unchanged: u64,
-    /// Records older than the stored row: skipped, nothing written.
+    /// Older than the stored version: skipped, nothing written.
     pub stale: u64,
-    /// Rows of the day removed by [`Mode::Replace`].
+    /// Written, and the key is now a tombstone: a tombstone record, a live
+    /// record turned into its tombstone by the watermark rule, or a row a
+    /// listing lacked.
     pub deleted: u64,
+    /// Of `deleted`, the live rows of the day a listing lacked.
+    pub unlisted: u64,
     /// Duplicate keys inside the batch, dropped in favour of their winner.
     pub collapsed: u64,
 }
@@ -170,9 +356,11 @@ impl Counts {
         self.inserted + self.updated + self.deleted
     }
 
-    /// Records the store looked at: `inserted + updated + unchanged + stale`.
+    /// Records of the batch the store looked at: every count but the rows a
+    /// listing lacked and the duplicates collapsed away.
     pub fn applied(&self) -> u64 {
-        self.inserted + self.updated + self.unchanged + self.stale
+        (self.inserted + self.updated + self.unchanged + self.stale + self.deleted)
+            .saturating_sub(self.unlisted)
     }
 }
 
@@ -183,6 +371,7 @@ impl AddAssign for Counts {
         self.unchanged += rhs.unchanged;
         self.stale += rhs.stale;
         self.deleted += rhs.deleted;
+        self.unlisted += rhs.unlisted;
         self.collapsed += rhs.collapsed;
     }
 }

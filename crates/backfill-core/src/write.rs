@@ -1,10 +1,10 @@
 //! [`upsert`]: the one write path. Every row any job writes goes through it.
 
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
 
 use crate::error::{Error, Result};
 use crate::record::Record;
-use crate::store::{Batch, Counts, Mode, Store};
+use crate::store::{Batch, Counts, Mode, ReplaceGuard, Store};
 
 /// Whether a day's batch may hold records of other days.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -19,13 +19,22 @@ pub enum EventDates {
 }
 
 /// How [`upsert`] applies a batch.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[non_exhaustive]
 pub struct WriteOptions {
-    /// Merge (default) or replace the day's partition.
+    /// Merge (default) or replace: the batch is a listing of the day.
     pub mode: Mode,
     /// Strict (default) or lenient `event_date` checking.
     pub event_dates: EventDates,
+    /// For a replace, the instant the listing is true as of: when the fetch
+    /// that produced it started, or the upstream's own snapshot time. `None`
+    /// takes the moment `upsert` is called, which is only right when
+    /// nothing can have changed upstream since the listing was read; a
+    /// [`Job`](crate::Job) always sets it.
+    pub as_of: Option<DateTime<Utc>>,
+    /// What a replace may delete (default [`ReplaceGuard::default`]: an
+    /// empty listing may not empty a day).
+    pub guard: ReplaceGuard,
 }
 
 impl WriteOptions {
@@ -40,6 +49,18 @@ impl WriteOptions {
         self.event_dates = event_dates;
         self
     }
+
+    /// Sets the instant a replace's listing is true as of.
+    pub fn as_of(mut self, as_of: DateTime<Utc>) -> Self {
+        self.as_of = Some(as_of);
+        self
+    }
+
+    /// Sets what a replace may delete.
+    pub fn guard(mut self, guard: ReplaceGuard) -> Self {
+        self.guard = guard;
+        self
+    }
 }
 
 /// Applies one day's records to a store: the only code that writes.
@@ -50,9 +71,11 @@ impl WriteOptions {
 /// 2. **Collapses** duplicate keys to their winning version, so the result
 ///    does not depend on the order the fetch returned them in.
 /// 3. **Applies** the batch in one transaction through [`Store::apply`]:
-///    absent keys are inserted, superseded rows updated, identical rows left
-///    untouched (no write at all), older re-deliveries skipped; in
-///    [`Mode::Replace`] the day's rows missing from the batch are deleted.
+///    absent keys are inserted, superseded versions replaced (tombstones
+///    included), identical rows left untouched (no write at all), older
+///    re-deliveries skipped; in [`Mode::Replace`] the day's live rows the
+///    listing lacks, and that are not newer than its `as_of`, become
+///    tombstones, under the [`ReplaceGuard`].
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill_core::Result<()> {
@@ -73,8 +96,9 @@ impl WriteOptions {
 ///
 /// # Errors
 ///
-/// [`Error::InvalidRecord`] or [`Error::WrongDay`] for a bad batch (nothing
-/// written); the store's own error if applying failed (nothing written).
+/// [`Error::InvalidRecord`] or [`Error::WrongDay`] for a bad batch,
+/// [`Error::ReplaceRefused`] for a replace the guard refuses, or the store's
+/// own error if applying failed; in each case nothing was written.
 pub async fn upsert<S>(
     store: &S,
     day: NaiveDate,
@@ -84,7 +108,7 @@ pub async fn upsert<S>(
 where
     S: Store + ?Sized,
 {
-    let (batch, collapsed) = prepare(day, records, options)?;
+    let (batch, collapsed) = prepare(day, records, options, Utc::now)?;
     let mut counts = store.apply(&batch).await?;
     if counts.applied() != batch.len() as u64 {
         return Err(Error::backend(
@@ -102,11 +126,12 @@ where
 }
 
 /// Validates and collapses; returns the batch and the number of duplicates
-/// dropped.
+/// dropped. `now` gives a replace its `as_of` when the options have none.
 pub(crate) fn prepare(
     day: NaiveDate,
     mut records: Vec<Record>,
     options: WriteOptions,
+    now: impl FnOnce() -> DateTime<Utc>,
 ) -> Result<(Batch, u64)> {
     for record in &records {
         record.validate()?;
@@ -129,13 +154,15 @@ pub(crate) fn prepare(
     });
     records.dedup_by(|later, first| later.key() == first.key());
     let collapsed = (before - records.len()) as u64;
-    Ok((Batch::new(day, options.mode, records), collapsed))
+    let as_of = options.as_of.unwrap_or_else(now);
+    let batch = Batch::new(day, options.mode, as_of, options.guard, records);
+    Ok((batch, collapsed))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::{TimeZone, Utc};
+    use chrono::TimeZone;
 
     #[test]
     fn collapse_keeps_the_winner_whatever_the_order() {
@@ -150,7 +177,8 @@ mod tests {
         for rotation in 0..versions.len() {
             let mut records = versions.to_vec();
             records.rotate_left(rotation);
-            let (batch, collapsed) = prepare(day, records, WriteOptions::default()).unwrap();
+            let (batch, collapsed) =
+                prepare(day, records, WriteOptions::default(), Utc::now).unwrap();
             assert_eq!(collapsed, 2);
             let kept: Vec<_> = batch
                 .records()

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
 
 use crate::record::Record;
-use crate::store::{Counts, Store};
+use crate::store::{Counts, Mode, ReplaceGuard, Store};
 use crate::write::{upsert, WriteOptions};
 use crate::{Job, MemoryStore, Retry};
 
@@ -67,8 +67,34 @@ pub(super) fn counts(
         unchanged,
         stale,
         deleted,
+        unlisted: 0,
         collapsed: 0,
     }
+}
+
+/// A tombstone: `key` deleted as of `when`, in day `d`.
+pub(super) fn tomb(key: &str, d: NaiveDate, when: DateTime<Utc>) -> Record {
+    Record::tombstone(key, d, when).unwrap_or_else(|e| panic!("test tombstone is invalid: {e}"))
+}
+
+/// Every stored version (tombstones included) whose key starts with
+/// `prefix`, in key order.
+pub(super) async fn versions_under(store: &dyn Store, prefix: &str) -> Vec<Record> {
+    store
+        .rows_with_tombstones()
+        .await
+        .expect("reading rows with tombstones")
+        .into_iter()
+        .filter(|r| r.key().starts_with(prefix))
+        .collect()
+}
+
+/// Options for a listing of a day, true as of `as_of`, with no guard.
+pub(super) fn listing(as_of: DateTime<Utc>) -> WriteOptions {
+    WriteOptions::default()
+        .mode(Mode::Replace)
+        .as_of(as_of)
+        .guard(ReplaceGuard::off())
 }
 
 pub(super) async fn oracle(batches: &[(NaiveDate, Vec<Record>, WriteOptions)]) -> Vec<Record> {

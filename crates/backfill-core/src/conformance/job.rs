@@ -9,7 +9,7 @@ use super::helpers::*;
 use crate::error::Error;
 use crate::record::Record;
 use crate::store::{Mode, Store};
-use crate::{Job, MemoryStore, Transient};
+use crate::{FixedClock, Job, MemoryStore, Transient};
 
 /// Backfilling the same range twice: the second run inserts nothing, writes
 /// nothing and leaves the row count unchanged.
@@ -35,14 +35,17 @@ pub async fn same_range_twice(store: &dyn Store) {
 /// Syncing day by day then backfilling the week with a later fetch ends
 /// exactly where backfilling that week alone ends, in merge and in replace
 /// mode.
+///
+/// The upstream is consistent: each daily sync runs at 01:00:30 of its day,
+/// after the first versions (01:00) and before the corrections (01:01);
+/// the weekly re-fetch runs after the week, when some keys are corrected
+/// and, upstream having deleted them, the last keys of each day are gone.
 pub async fn daily_then_weekly_equals_weekly_alone(store: &dyn Store) {
     for (mode, prefix) in [(Mode::Merge, "weekly-m/"), (Mode::Replace, "weekly-r/")] {
-        let job = Job::new().mode(mode);
+        let job_at =
+            |now: chrono::DateTime<chrono::Utc>| Job::new().mode(mode).clock(FixedClock(now));
         let offset = if mode == Mode::Merge { 50 } else { 60 };
         let week = day(offset)..=day(offset + 6);
-        // The daily job saw the first version; the weekly re-fetch sees
-        // corrections to some keys and, upstream having deleted them, not
-        // the last keys of each day.
         let daily = seeded_fetch(prefix, 10, 0);
         let weekly = move |d: NaiveDate| {
             let records = (0..8)
@@ -60,22 +63,28 @@ pub async fn daily_then_weekly_equals_weekly_alone(store: &dyn Store) {
                 .collect::<Vec<_>>();
             std::future::ready(Ok::<_, std::io::Error>(records))
         };
+        let daily_run = |d: NaiveDate| job_at(d.and_hms_opt(1, 0, 30).unwrap().and_utc());
+        let weekly_job = job_at(day(offset + 8).and_hms_opt(0, 0, 0).unwrap().and_utc());
         for d in week.clone().start().iter_days().take(7) {
-            job.sync_day(store, &daily, d).await.unwrap();
+            daily_run(d).sync_day(store, &daily, d).await.unwrap();
         }
-        job.backfill(store, &weekly, week.clone()).await.unwrap();
+        weekly_job
+            .backfill(store, &weekly, week.clone())
+            .await
+            .unwrap();
 
         let alone = MemoryStore::new();
-        job.backfill(&alone, &weekly, week).await.unwrap();
+        weekly_job.backfill(&alone, &weekly, week).await.unwrap();
         let expected = if mode == Mode::Replace {
             rows(&alone).await
         } else {
             // Merge keeps keys the weekly fetch no longer returns.
             let reference = MemoryStore::new();
             for d in day(offset).iter_days().take(7) {
-                job.sync_day(&reference, &daily, d).await.unwrap();
+                daily_run(d).sync_day(&reference, &daily, d).await.unwrap();
             }
-            job.backfill(&reference, &weekly, day(offset)..=day(offset + 6))
+            weekly_job
+                .backfill(&reference, &weekly, day(offset)..=day(offset + 6))
                 .await
                 .unwrap();
             let merged = rows(&reference).await;

@@ -7,7 +7,7 @@ use futures_util::future::join_all;
 use super::helpers::*;
 use crate::error::{Error, Field, Problem};
 use crate::record::{Record, MAX_KEY_BYTES};
-use crate::store::{Batch, Counts, Mode, Store};
+use crate::store::{Batch, Counts, Mode, ReplaceGuard, Store};
 use crate::write::{upsert, EventDates, WriteOptions};
 
 /// Records land in an empty store, all counted as inserted, readable back
@@ -150,19 +150,28 @@ pub async fn replace_deletes_only_missing_keys_of_that_day(store: &dyn Store) {
     let c = apply_with(store, day(10), fixed.clone(), replace).await;
     assert_eq!(
         c,
-        counts(0, 1, 1, 0, 1),
+        Counts {
+            unlisted: 1,
+            ..counts(0, 1, 1, 0, 1)
+        },
         "b deleted, c updated, a unchanged"
     );
     let expected = vec![d0[0].clone(), newer_c, d1[0].clone(), d1[1].clone()];
     assert_eq!(rows_under(store, "replace/").await, expected);
+    // Deleted means a tombstone of the version it replaced, not a gap.
+    let b = versions_under(store, "replace/b").await;
+    assert_eq!(b, vec![d0[1].to_tombstone()]);
     let c = apply_with(store, day(10), fixed, replace).await;
     assert_eq!(c.written(), 0, "re-running a replace writes nothing");
     assert_eq!(rows_under(store, "replace/").await, expected);
 }
 
-/// Replace mode with an empty batch empties exactly that day.
+/// Replace mode with an empty batch, explicitly allowed, empties exactly
+/// that day.
 pub async fn replace_with_empty_batch_empties_the_day(store: &dyn Store) {
-    let replace = WriteOptions::default().mode(Mode::Replace);
+    let replace = WriteOptions::default()
+        .mode(Mode::Replace)
+        .guard(ReplaceGuard::default().allow_empty(true));
     apply(
         store,
         day(20),
@@ -176,7 +185,13 @@ pub async fn replace_with_empty_batch_empties_the_day(store: &dyn Store) {
     )
     .await;
     let c = apply_with(store, day(20), Vec::new(), replace).await;
-    assert_eq!(c, counts(0, 0, 0, 0, 1));
+    assert_eq!(
+        c,
+        Counts {
+            unlisted: 1,
+            ..counts(0, 0, 0, 0, 1)
+        }
+    );
     let left = rows_under(store, "empty-replace/").await;
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].key(), "empty-replace/b");
@@ -292,7 +307,7 @@ pub async fn failure_mid_batch_leaves_nothing(store: &dyn Store) {
             rec("atomic/c", day(30), "v1", at(1)),
             refused.clone(),
         ];
-        let batch = Batch::new(day(30), mode, records);
+        let batch = Batch::new(day(30), mode, at(100), ReplaceGuard::off(), records);
         let result = store.apply(&batch).await;
         assert!(
             result.is_err(),

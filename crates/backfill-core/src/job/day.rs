@@ -97,11 +97,16 @@ impl Job {
         F: Fetch + ?Sized,
     {
         let work = async {
-            let records = fetch
+            // A listing is true as of the moment its fetch started, unless
+            // the fetch says when its snapshot was taken.
+            let started = self.clock.now();
+            let (records, as_of) = fetch
                 .fetch(day)
                 .await
-                .map_err(|source| fetch_error(day, source))?;
-            upsert(store, day, records, self.write).await
+                .map_err(|source| fetch_error(day, source))?
+                .into_parts();
+            let options = self.write.as_of(as_of.unwrap_or(started));
+            upsert(store, day, records, options).await
         };
         let work = AssertUnwindSafe(work).catch_unwind();
         let outcome = match self.day_timeout {

@@ -27,7 +27,7 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::fetch::Fetch;
-use crate::store::{Mode, Store};
+use crate::store::{Mode, ReplaceGuard, Store};
 use crate::write::{EventDates, WriteOptions};
 
 use self::clock::Calendar;
@@ -142,9 +142,18 @@ impl Job {
         self
     }
 
-    /// Merge (default) or replace each day's partition.
+    /// Merge (default) or replace: each day's fetch is a listing of the
+    /// day, true as of when the fetch started (or the
+    /// [`Fetched::as_of`](crate::Fetched::as_of) it returns).
     pub fn mode(mut self, mode: Mode) -> Self {
         self.write.mode = mode;
+        self
+    }
+
+    /// What one replace may delete (default [`ReplaceGuard::default`]: an
+    /// empty listing may not empty a day that has rows).
+    pub fn replace_guard(mut self, guard: ReplaceGuard) -> Self {
+        self.write.guard = guard;
         self
     }
 
