@@ -37,6 +37,16 @@ pub(super) async fn apply_with(
         .unwrap_or_else(|e| panic!("upsert for {d} failed: {e}"))
 }
 
+/// `upsert`, its result as it is (for cases that expect an error).
+pub(super) async fn upsert_result(
+    store: &dyn Store,
+    d: NaiveDate,
+    records: Vec<Record>,
+    options: WriteOptions,
+) -> crate::Result<Counts> {
+    upsert(store, d, records, options).await
+}
+
 pub(super) async fn rows(store: &dyn Store) -> Vec<Record> {
     store.rows().await.expect("reading rows")
 }

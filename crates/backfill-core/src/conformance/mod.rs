@@ -10,6 +10,8 @@
 //!
 //! - `store.rs`: the write-path contract itself, [`Store::apply`] and the
 //!   reads ([`insert_into_empty`], [`stale_version_is_skipped`], …);
+//! - `deletes.rs`: tombstones, listings, the watermark, the guard, purge
+//!   ([`listings_commute`], …);
 //! - `job.rs`: the job engine through a store: backfills, retries, failures
 //!   and cancellation leave whole days ([`same_range_twice`], …);
 //! - `property.rs`: generated scenarios that shrink to a readable failure
@@ -27,11 +29,13 @@
 //!
 //! [`Store::apply`]: crate::Store::apply
 
+mod deletes;
 mod helpers;
 mod job;
 mod property;
 mod store;
 
+pub use self::deletes::*;
 pub use self::job::*;
 pub use self::property::*;
 pub use self::store::*;
@@ -91,6 +95,20 @@ macro_rules! conformance_tests {
             day_rows_returns_one_day,
             key_moves_between_days,
             longest_key_and_large_value,
+            // deletes.rs: tombstones, listings, the watermark, the guard
+            tombstone_beats_live_version_of_the_same_instant,
+            tombstone_then_later_and_earlier_versions,
+            counts_follow_what_happened_to_each_key,
+            listing_deletes_only_what_it_lacks_as_of_its_instant,
+            listings_commute,
+            version_delivered_after_a_listing_that_omitted_it_arrives_deleted,
+            watermark_of_each_records_own_day_applies,
+            moved_key_is_not_deleted_by_its_old_days_listing,
+            empty_listing_is_refused_unless_allowed,
+            too_large_a_replace_is_refused,
+            purge_removes_old_tombstones_and_reopens_the_door,
+            reads_see_live_rows_only,
+            deletes_match_the_reference_store,
             // job.rs: the engine through a store
             same_range_twice,
             daily_then_weekly_equals_weekly_alone,
@@ -101,6 +119,7 @@ macro_rules! conformance_tests {
             panicking_fetch_fails_only_its_day,
             // property.rs: generated scenarios
             any_order_converges,
+            listings_and_deletes_converge,
             concurrency_matches_sequential,
         }
     };
@@ -166,6 +185,7 @@ mod tests {
     fn every_case_is_listed_once() {
         let sources = [
             include_str!("store.rs"),
+            include_str!("deletes.rs"),
             include_str!("job.rs"),
             include_str!("property.rs"),
         ];

@@ -10,7 +10,7 @@ use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use chrono_tz::Tz;
 
 use super::*;
-use crate::{BoxError, Counts, MemoryStore, Record, Store, Transient};
+use crate::{BoxError, Counts, Fetched, MemoryStore, Mode, Record, ReplaceGuard, Store, Transient};
 
 fn utc(y: i32, m: u32, d: u32, h: u32, min: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(y, m, d, h, min, 0).unwrap()
@@ -385,4 +385,64 @@ async fn transient_is_found_anywhere_in_the_chain() {
         1,
         "an error with no Transient in its chain is not retried"
     );
+}
+
+/// In replace mode a day's fetch is a listing true as of the moment the
+/// fetch started, by the job's clock, unless the fetch says when its
+/// snapshot was taken.
+#[tokio::test]
+async fn a_listing_is_true_as_of_the_fetch_start_or_its_own_instant() {
+    let start = utc(2026, 5, 2, 8, 0);
+    let store = MemoryStore::new();
+    let job = Job::new().clock(FixedClock(start)).mode(Mode::Replace);
+    let d = date(2026, 5, 1);
+    job.sync_day(
+        &store,
+        &|d| std::future::ready(Ok::<_, Transient>(records_of(d, 1))),
+        d,
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.listing_watermark(d), Some(start));
+    let taken = utc(2026, 5, 3, 0, 0);
+    let snapshot = |d| {
+        std::future::ready(Ok::<_, Transient>(
+            Fetched::new(records_of(d, 1)).as_of(taken),
+        ))
+    };
+    job.sync_day(&store, &snapshot, d).await.unwrap();
+    assert_eq!(store.listing_watermark(d), Some(taken));
+}
+
+/// A replace the guard refuses fails its day at once (retrying would be
+/// refused again) and writes nothing; the job may allow it explicitly.
+#[tokio::test]
+async fn a_refused_replace_fails_its_day_without_retries() {
+    let store = MemoryStore::new();
+    let d = date(2026, 6, 1);
+    crate::upsert(&store, d, records_of(d, 3), Default::default())
+        .await
+        .unwrap();
+    let calls = AtomicUsize::new(0);
+    let empty = |_: NaiveDate| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(Ok::<_, Transient>(Vec::<Record>::new()))
+    };
+    let job = Job::new()
+        .mode(Mode::Replace)
+        .retry(Retry::default().backoff(Duration::ZERO, Duration::ZERO));
+    match job.sync_day(&store, &empty, d).await {
+        Err(Error::ReplaceRefused {
+            would_delete: 3,
+            live: 3,
+            ..
+        }) => {}
+        other => panic!("expected ReplaceRefused, got {other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "not retried");
+    assert_eq!(store.day_rows(d).await.unwrap().len(), 3);
+    let allowed = job.replace_guard(ReplaceGuard::default().allow_empty(true));
+    let report = allowed.sync_day(&store, &empty, d).await.unwrap();
+    assert_eq!((report.counts.deleted, report.counts.unlisted), (3, 3));
+    assert!(store.day_rows(d).await.unwrap().is_empty());
 }
