@@ -364,13 +364,16 @@ fn upstream_strategy() -> impl Strategy<Value = Upstream> {
         })
 }
 
+/// One batch as a job would hand it to `upsert`.
+type Delivery = (NaiveDate, Vec<Record>, WriteOptions);
+
 /// The upstream's deliveries and listings as batches for the store, under
 /// a fresh key prefix and fresh days, with its final live rows.
 fn upstream_batches(
     upstream: &Upstream,
     prefix: &str,
     first_day: i64,
-) -> (Vec<(NaiveDate, Vec<Record>, WriteOptions)>, Vec<Record>) {
+) -> (Vec<Delivery>, Vec<Record>) {
     use std::collections::BTreeMap;
     let key = |k: u8| format!("{prefix}k{k}");
     let the_day = |d: u8| day(first_day + i64::from(d));
