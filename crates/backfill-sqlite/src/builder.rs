@@ -5,14 +5,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use backfill_core::adapter::check_identifier;
-use backfill_core::Result;
+use backfill_core::{Error, Result};
 use rusqlite::limits::Limit;
 use rusqlite::{Connection, OpenFlags};
 
 use crate::error::open as open_error;
-use crate::schema;
 use crate::store::{spawn_blocking, SqliteStore};
-use crate::{sql, DEFAULT_TABLE};
+use crate::{migrate, schema, sql, DEFAULT_TABLE};
 
 /// Options for opening a [`SqliteStore`].
 #[derive(Debug, Clone)]
@@ -32,6 +31,9 @@ pub(crate) struct Opened {
     /// SQLite's `SQLITE_LIMIT_LENGTH` on this connection: the largest string
     /// or row it stores.
     pub(crate) length_limit: usize,
+    /// `total_changes()` when opening was done: the rows opening itself
+    /// wrote (a version row), not counted as the store's.
+    pub(crate) changes_at_open: u64,
 }
 
 impl SqliteStoreBuilder {
@@ -46,9 +48,12 @@ impl SqliteStoreBuilder {
     }
 
     /// The table to keep records in (default [`DEFAULT_TABLE`]); must match
-    /// `[a-z_][a-z0-9_]*` (see [`check_identifier`]). Created on open if
+    /// `[a-z_][a-z0-9_]*` (see [`check_identifier`]) and may not be
+    /// `backfill_tables` or `backfill_days`, the store's
+    /// [metadata tables](crate#the-metadata-tables). Created on open if
     /// missing; if it exists, it must be the table the store would create
-    /// (see the [crate docs](crate#an-existing-table)).
+    /// (see the [crate docs](crate#an-existing-table)), or one of an earlier
+    /// schema version, which is [upgraded](crate#upgrading-from-version-1).
     pub fn table(mut self, table: impl Into<String>) -> Self {
         self.table = table.into();
         self
@@ -84,13 +89,21 @@ impl SqliteStoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidName`](backfill_core::Error::InvalidName) for a bad table name, before touching the file;
-    /// [`Error::Open`](backfill_core::Error::Open) if the file cannot be opened or is not a database, if
-    /// the table exists with another definition than the store's (the
-    /// message names the column and what differs), or if it is missing from
-    /// a read-only database.
+    /// [`Error::InvalidName`] for a bad or reserved table name, before
+    /// touching the file; [`Error::Open`] if the file cannot be opened or
+    /// is not a database, if the table or a metadata table exists with
+    /// another definition than the store's (the message names the table,
+    /// the column and what differs), if the table has a schema version
+    /// newer than this release's, or if, in a read-only database, the
+    /// table is missing or needs an upgrade.
     pub async fn open(self) -> Result<SqliteStore> {
         check_identifier("table", &self.table)?;
+        if sql::RESERVED.contains(&self.table.as_str()) {
+            return Err(Error::InvalidName {
+                what: "table",
+                name: self.table,
+            });
+        }
         let location = match &self.path {
             Some(path) => path.display().to_string(),
             None => ":memory:".to_owned(),
@@ -126,7 +139,7 @@ impl SqliteStoreBuilder {
 
         // The first statement to read the file: a file that is not a
         // database fails here, before anything is written.
-        let existing = schema::object_kind(&conn, &self.table).map_err(open_error)?;
+        schema::object_kind(&conn, &self.table).map_err(open_error)?;
         if self.path.is_some() && !read_only {
             // Only a writable database is switched, and only if it is not
             // in WAL mode already: switching writes the file header.
@@ -147,30 +160,15 @@ impl SqliteStoreBuilder {
                 .map_err(open_error)?;
         }
 
-        // Create only what is missing: a read-only database, or one where
-        // everything exists, runs no DDL at all.
-        if existing.is_none() {
-            if read_only {
-                return Err(open_error(format!(
-                    "table \"{}\" does not exist, and a read-only store creates nothing",
-                    self.table
-                )));
-            }
-            conn.execute_batch(&sql::create_table(&self.table))
-                .map_err(open_error)?;
-        }
-        // Checked even when just created: another process may have created
-        // it first, with another definition (`IF NOT EXISTS` says nothing).
-        schema::verify(&conn, &self.table)?;
-        // A read-only store reads right without the index, only slower.
-        if !read_only && !schema::has_event_date_index(&conn, &self.table).map_err(open_error)? {
-            conn.execute_batch(&sql::create_index(&self.table))
-                .map_err(open_error)?;
-        }
+        // Create or upgrade only what is missing: a read-only database, or
+        // one where everything is in place, runs no DDL and writes nothing.
+        migrate::prepare(&conn, &self.table, read_only)?;
+        let changes_at_open = conn.total_changes();
         Ok(Opened {
             conn,
             read_only,
             length_limit: usize::try_from(length_limit).unwrap_or(0),
+            changes_at_open,
         })
     }
 }

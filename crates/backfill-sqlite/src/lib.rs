@@ -12,6 +12,76 @@
 //! `YYYY-MM-DDTHH:MM:SS.ffffffZ` text, fixed width, so SQLite's byte order is
 //! time order and the rows stay readable with any SQLite tool.
 //!
+//! # Tombstones and listings
+//!
+//! A deleted key is kept as a **tombstone**: its row stays, with
+//! `deleted = 1` and an empty `value`, and wins or loses by the version
+//! order `(updated_at, deleted, value, event_date)` like any version, so a
+//! stale re-delivery of the deleted row cannot bring it back.
+//! [`get`](backfill_core::Store::get), [`rows`](backfill_core::Store::rows)
+//! and [`day_rows`](backfill_core::Store::day_rows) return live rows only;
+//! [`rows_with_tombstones`](backfill_core::Store::rows_with_tombstones)
+//! returns them all. With plain SQL, read `WHERE deleted = 0`.
+//!
+//! A batch in [`Mode::Replace`](backfill_core::Mode::Replace) is a
+//! **listing** of its day as of an instant: in the same transaction, the
+//! day's live rows it lacks and that are not newer than that instant become
+//! their own tombstones (one `UPDATE`, the listed keys bound as one array
+//! parameter), after the [`ReplaceGuard`](backfill_core::ReplaceGuard) has
+//! agreed to that many; nothing is physically deleted. The day's **listing
+//! watermark**, the latest such instant, is then raised (and not written at
+//! all when it is already as high, so a re-applied listing writes nothing).
+//! Every batch's upsert reads the watermark of each record's own day inside
+//! SQLite: a live record that would be written and is not newer than it is
+//! written as its own tombstone, since a listing at least that recent did
+//! not contain it. `BEGIN IMMEDIATE` takes SQLite's one write lock first,
+//! so no watermark moves while a batch reads it.
+//!
+//! Tombstones are removed only by
+//! [`purge_tombstones`](backfill_core::Store::purge_tombstones), a
+//! maintenance call that no sync makes. Purging reopens one door: a stale
+//! re-delivery older than a purged tombstone finds its key absent and
+//! brings it back, so purge only tombstones older than the longest delay
+//! with which your upstream may re-deliver an old version.
+//!
+//! # The metadata tables
+//!
+//! Beside its records table, a store keeps two tables in the same
+//! database, shared by every records table in it and created when missing:
+//!
+//! - `backfill_tables (records_table TEXT PRIMARY KEY, schema_version
+//!   INTEGER NOT NULL)`: each records table's schema version;
+//! - `backfill_days (records_table TEXT, day TEXT, listing_watermark TEXT
+//!   NULL, PRIMARY KEY (records_table, day))`: each day's listing
+//!   watermark, `day` as `YYYY-MM-DD` and the watermark in
+//!   [`INSTANT_FORMAT`].
+//!
+//! Both are `STRICT`, with `BINARY` text and `CHECK`s on their dates and
+//! instants, and are checked on open like the records table (below). A
+//! records table may therefore not be named `backfill_tables` or
+//! `backfill_days` (an [`InvalidName`](backfill_core::Error::InvalidName)
+//! error, before the file is touched). When a records table is created,
+//! day rows left over from a dropped table of the same name are removed,
+//! since their watermarks would delete the new table's rows.
+//!
+//! # Upgrading from version 1
+//!
+//! This release writes schema version 2: the records table's last column
+//! is `deleted INTEGER NOT NULL DEFAULT 0`, checked to be 0 or 1 and to go
+//! with an empty value, and the metadata tables exist. A records table of
+//! the release before (schema version 1: no `deleted` column, no row in
+//! `backfill_tables`) is upgraded in place the first time a writable store
+//! opens it: `ALTER TABLE … ADD COLUMN deleted …`, the metadata tables,
+//! the version row, in one `BEGIN IMMEDIATE` transaction with the check of
+//! the table's old definition before it, so it happens once even when
+//! several processes open the file together, and not at all if the table
+//! is not the store's. Every row is kept, live. A store opened
+//! [read-only](SqliteStoreBuilder::read_only) never upgrades: it refuses a
+//! version-1 table with an [`Open`](backfill_core::Error::Open) error
+//! saying it must be opened once writable. A table recorded with a schema
+//! version newer than this release's is refused the same way. Opening a
+//! database where everything is in place writes nothing.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill_core::Result<()> {
 //! use backfill_core::{backfill, Record, Store};
@@ -35,12 +105,14 @@
 //!
 //! # An existing table
 //!
-//! Opening creates the table and its index only when they are missing, so a
-//! database opened read-only (a `file:…?mode=ro` URI, or
+//! Opening creates the tables and the index only when they are missing, so
+//! a database opened read-only (a `file:…?mode=ro` URI, or
 //! [`SqliteStoreBuilder::read_only`]) can be read. A table that already
-//! exists is used only if it is the one the store would have created: the
-//! same columns with the same declared types, `NOT NULL`, `BINARY`
-//! collation, `key` as the primary key, the same `CHECK`s, and `STRICT`.
+//! exists, records or metadata, is used only if it is the one the store
+//! would have created (for a records table, at the schema version it has):
+//! the same columns in any order with the same declared types, `NOT NULL`,
+//! `DEFAULT`s, `BINARY` collation, the same primary key, the same
+//! `CHECK`s, and `STRICT`.
 //! Anything else is refused when opening, with an error that names the
 //! column and what differs: a table that merely looks right can store wrong
 //! data (keys `a` and `A` are one row under `COLLATE NOCASE`; a non-STRICT
@@ -59,10 +131,12 @@
 #![doc(test(attr(deny(warnings))))]
 
 // Layout: `store.rs` holds `SqliteStore` and the one write (`apply_batch`),
-// `builder.rs` opening, `schema.rs` the check of an existing table, `sql.rs`
-// every SQL text, `error.rs` which SQLite errors are worth a retry.
+// `builder.rs` opening, `migrate.rs` creating and upgrading the tables,
+// `schema.rs` the check of an existing table, `sql.rs` every SQL text,
+// `error.rs` which SQLite errors are worth a retry.
 mod builder;
 mod error;
+mod migrate;
 mod schema;
 mod sql;
 mod store;

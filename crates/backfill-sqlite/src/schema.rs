@@ -1,5 +1,6 @@
 //! The check of a table that already exists against the one the store
-//! would have created ([`sql::columns`]).
+//! would have created (a [`TableDef`]): the records table, at the schema
+//! version it claims, and the metadata tables.
 //!
 //! SQLite reports most of a table's definition through pragmas (columns,
 //! declared types, `NOT NULL`, primary key, collations, `STRICT`, indexes);
@@ -13,7 +14,7 @@ use backfill_core::Result;
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::error::open as open_error;
-use crate::sql::{self, COLLATION, INDEXED, TYPE};
+use crate::sql::{Column, TableDef, COLLATION, DELETED, INDEXED};
 
 /// What kind of object holds the table's name, if any.
 pub(crate) fn object_kind(conn: &Connection, table: &str) -> rusqlite::Result<Option<String>> {
@@ -61,24 +62,40 @@ impl fmt::Display for TableMismatch {
 
 impl std::error::Error for TableMismatch {}
 
-/// Checks the existing table `table` against the store's definition.
+/// Whether the existing table has a column named `name`.
+pub(crate) fn has_column(conn: &Connection, table: &str, name: &str) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_xinfo(?1) WHERE name = ?2 COLLATE NOCASE)",
+        [table, name],
+        |row| row.get(0),
+    )
+}
+
+/// Whether the existing records table has the column schema version 2
+/// added.
+pub(crate) fn has_deleted_column(conn: &Connection, table: &str) -> rusqlite::Result<bool> {
+    has_column(conn, table, DELETED)
+}
+
+/// Checks the existing table `def.name` against the store's definition.
 ///
 /// # Errors
 ///
 /// [`Error::Open`](backfill_core::Error::Open) naming every difference, or SQLite's error.
-pub(crate) fn verify(conn: &Connection, table: &str) -> Result<()> {
-    let differences = differences(conn, table).map_err(open_error)?;
+pub(crate) fn verify(conn: &Connection, def: &TableDef) -> Result<()> {
+    let differences = differences(conn, def).map_err(open_error)?;
     if differences.is_empty() {
         Ok(())
     } else {
         Err(open_error(TableMismatch {
-            table: table.to_owned(),
+            table: def.name.clone(),
             differences,
         }))
     }
 }
 
-fn differences(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
+fn differences(conn: &Connection, def: &TableDef) -> rusqlite::Result<Vec<String>> {
+    let table = def.name.as_str();
     let mut found = Vec::new();
     let Some((kind, without_rowid, strict)) = conn
         .query_row(
@@ -109,11 +126,13 @@ fn differences(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> 
         found.push("the table is WITHOUT ROWID".to_owned());
     }
 
-    let expected = sql::columns();
+    let expected = &def.columns;
     let mut stmt = conn.prepare(
-        "SELECT name, type, \"notnull\", pk, hidden FROM pragma_table_xinfo(?1) ORDER BY cid",
+        "SELECT name, type, \"notnull\", pk, hidden, dflt_value
+         FROM pragma_table_xinfo(?1) ORDER BY cid",
     )?;
-    let actual: Vec<(String, String, bool, i64, i64)> = stmt
+    type Info = (String, String, bool, i64, i64, Option<String>);
+    let actual: Vec<Info> = stmt
         .query_map([table], |row| {
             Ok((
                 row.get(0)?,
@@ -121,15 +140,22 @@ fn differences(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> 
                 row.get(2)?,
                 row.get(3)?,
                 row.get(4)?,
+                row.get(5)?,
             ))
         })?
         .collect::<rusqlite::Result<_>>()?;
-    for column in &expected {
+    for column in expected {
         if !actual.iter().any(|a| a.0.eq_ignore_ascii_case(column.name)) {
             found.push(format!("column \"{}\" is missing", column.name));
         }
     }
-    for (name, declared, not_null, pk, hidden) in &actual {
+    let primary_key = def
+        .primary_key
+        .iter()
+        .map(|c| format!("\"{c}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    for (name, declared, not_null, pk, hidden, default) in &actual {
         let Some(column) = expected.iter().find(|c| c.name.eq_ignore_ascii_case(name)) else {
             found.push(format!("column \"{name}\" is not one the store creates"));
             continue;
@@ -138,9 +164,10 @@ fn differences(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> 
         if *hidden != 0 {
             found.push(format!("column \"{name}\" is generated or hidden"));
         }
-        if !declared.eq_ignore_ascii_case(TYPE) {
+        let expected_type = column.sql_type;
+        if !declared.eq_ignore_ascii_case(expected_type) {
             found.push(format!(
-                "column \"{name}\" is declared {}, expected {TYPE}",
+                "column \"{name}\" is declared {}, expected {expected_type}",
                 if declared.is_empty() {
                     "without a type"
                 } else {
@@ -148,13 +175,40 @@ fn differences(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> 
                 }
             ));
         }
-        if !not_null {
-            found.push(format!("column \"{name}\" allows NULL, expected NOT NULL"));
-        }
-        match (column.primary_key, *pk != 0) {
-            (true, false) => found.push(format!("column \"{name}\" is not the primary key")),
+        match (column.not_null, *not_null) {
+            (true, false) => {
+                found.push(format!("column \"{name}\" allows NULL, expected NOT NULL"));
+            }
             (false, true) => found.push(format!(
-                "column \"{name}\" is part of the primary key, expected \"key\" alone"
+                "column \"{name}\" is NOT NULL, expected to allow NULL"
+            )),
+            _ => {}
+        }
+        if default.as_deref() != column.default {
+            found.push(format!(
+                "column \"{name}\" has {}, expected {}",
+                default
+                    .as_deref()
+                    .map_or_else(|| "no DEFAULT".to_owned(), |d| format!("DEFAULT {d}")),
+                column
+                    .default
+                    .map_or_else(|| "none".to_owned(), |d| format!("DEFAULT {d}")),
+            ));
+        }
+        match (def.pk_position(name), *pk) {
+            (0, 0) => {}
+            (0, _) => found.push(format!(
+                "column \"{name}\" is part of the primary key, expected {primary_key} alone"
+            )),
+            (_, 0) if def.primary_key.len() == 1 => {
+                found.push(format!("column \"{name}\" is not the primary key"));
+            }
+            (_, 0) => found.push(format!(
+                "column \"{name}\" is not part of the primary key ({primary_key})"
+            )),
+            (want, got) if want != got => found.push(format!(
+                "column \"{name}\" is at position {got} of the primary key, \
+                 expected ({primary_key})"
             )),
             _ => {}
         }
@@ -209,7 +263,7 @@ fn differences(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> 
         |row| row.get(0),
     )?;
     let present: Vec<&str> = actual.iter().map(|a| a.0.as_str()).collect();
-    found.extend(check_differences(&create, &present));
+    found.extend(check_differences(&create, &present, expected));
     Ok(found)
 }
 
@@ -225,20 +279,15 @@ fn column_collation(conn: &Connection, table: &str, column: &str) -> rusqlite::R
 
 /// Each present column's `CHECK`s in `create` against the store's (a
 /// missing column is reported once, as missing).
-fn check_differences(create: &str, present: &[&str]) -> Vec<String> {
+fn check_differences(create: &str, present: &[&str], columns: &[Column]) -> Vec<String> {
     let Some(checks) = checks(create) else {
         return vec!["its CREATE TABLE text could not be read".to_owned()];
     };
     let mut found = Vec::new();
-    let columns = sql::columns();
     let present = columns
         .iter()
         .filter(|c| present.iter().any(|p| p.eq_ignore_ascii_case(c.name)));
     for column in present {
-        let accepted: Vec<Option<Vec<String>>> = std::iter::once(column.check.as_str())
-            .chain(column.earlier_checks.iter().copied())
-            .map(normalize)
-            .collect();
         let own: Vec<&Check> = checks
             .iter()
             .filter(|c| {
@@ -247,12 +296,29 @@ fn check_differences(create: &str, present: &[&str]) -> Vec<String> {
                     .is_some_and(|n| n.eq_ignore_ascii_case(column.name))
             })
             .collect();
+        let Some(check) = &column.check else {
+            if !own.is_empty() {
+                found.push(format!(
+                    "column \"{}\" has {}, expected no CHECK",
+                    column.name,
+                    own.iter()
+                        .map(|c| format!("CHECK ({})", c.text))
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                ));
+            }
+            continue;
+        };
+        let accepted: Vec<Option<Vec<String>>> = std::iter::once(check.as_str())
+            .chain(column.earlier_checks.iter().copied())
+            .map(normalize)
+            .collect();
         match own.as_slice() {
             [one] if accepted.iter().flatten().any(|a| *a == one.tokens) => {}
             [] => found.push(format!(
                 "column \"{}\" has no CHECK, expected CHECK ({})",
                 column.name,
-                collapse(&column.check)
+                collapse(check)
             )),
             _ => found.push(format!(
                 "column \"{}\" has {}, expected CHECK ({})",
@@ -261,7 +327,7 @@ fn check_differences(create: &str, present: &[&str]) -> Vec<String> {
                     .map(|c| format!("CHECK ({})", c.text))
                     .collect::<Vec<_>>()
                     .join(" "),
-                collapse(&column.check)
+                collapse(check)
             )),
         }
     }
@@ -492,16 +558,41 @@ fn is_word_byte(b: u8) -> bool {
 mod tests {
     use super::*;
 
+    use crate::sql::{self, SCHEMA_VERSION};
+
     #[test]
-    fn the_stores_own_table_has_no_difference() {
-        let all = ["key", "event_date", "value", "updated_at"];
-        assert_eq!(
-            check_differences(&sql::create_table("t"), &all),
-            Vec::<String>::new()
-        );
+    fn the_stores_own_tables_have_no_difference() {
         let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(&sql::create_table("t")).unwrap();
-        assert!(differences(&conn, "t").unwrap().is_empty());
+        for def in [
+            sql::records_table("t", SCHEMA_VERSION),
+            sql::records_table("v1", 1),
+            sql::tables_table(),
+            sql::days_table(),
+        ] {
+            let all: Vec<&str> = def.columns.iter().map(|c| c.name).collect();
+            assert_eq!(
+                check_differences(&def.create(), &all, &def.columns),
+                Vec::<String>::new(),
+                "{}",
+                def.name
+            );
+            conn.execute_batch(&def.create()).unwrap();
+            assert_eq!(differences(&conn, &def).unwrap(), Vec::<String>::new());
+        }
+    }
+
+    #[test]
+    fn an_upgraded_table_is_the_new_one() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(&sql::records_table("t", 1).create())
+            .unwrap();
+        let v2 = sql::records_table("t", 2);
+        assert!(!differences(&conn, &v2).unwrap().is_empty());
+        conn.execute_batch(&sql::add_deleted_column("t")).unwrap();
+        assert_eq!(differences(&conn, &v2).unwrap(), Vec::<String>::new());
+        assert!(!differences(&conn, &sql::records_table("t", 1))
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
@@ -536,7 +627,11 @@ mod tests {
             "CREATE TABLE t (a",
             "/*",
         ] {
-            assert!(!check_differences(text, &["a"]).is_empty(), "{text}");
+            let columns = sql::tables_table().columns;
+            assert!(
+                !check_differences(text, &["records_table"], &columns).is_empty(),
+                "{text}"
+            );
         }
     }
 }

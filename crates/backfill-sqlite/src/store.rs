@@ -7,9 +7,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use backfill_core::{
-    Batch, Counts, Error, Field, Mode, Problem, Record, Result, Store, MAX_KEY_BYTES,
-};
+use backfill_core::{Batch, Counts, Error, Field, Problem, Record, Result, Store, MAX_KEY_BYTES};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use rusqlite::types::Value;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -21,8 +19,8 @@ use crate::{BACKEND, DATE_FORMAT, INSTANT_FORMAT};
 
 /// Room a row needs besides its value, within SQLite's length limit (which
 /// bounds the whole row): the longest key, the date (10 bytes), the instant
-/// (27 bytes) and the row's header (at most 21 bytes for four text fields),
-/// rounded up.
+/// (27 bytes), `deleted` (0 or 1, held in the header) and the row's header
+/// (at most 23 bytes for four text fields and an integer), rounded up.
 const ROW_OVERHEAD: usize = MAX_KEY_BYTES + 10 + 27 + 32;
 
 /// A [`Store`] in one table of a SQLite database.
@@ -43,6 +41,7 @@ struct Inner {
     location: String,
     read_only: bool,
     max_value_bytes: usize,
+    changes_at_open: u64,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -65,6 +64,7 @@ impl SqliteStore {
                 location,
                 read_only: opened.read_only,
                 max_value_bytes: opened.length_limit.saturating_sub(ROW_OVERHEAD),
+                changes_at_open: opened.changes_at_open,
             }),
         }
     }
@@ -120,14 +120,19 @@ impl SqliteStore {
     }
 
     /// Rows inserted, updated or deleted through this store's connection
-    /// since it was opened (SQLite's `total_changes()`). Identical and
-    /// stale records do not count: a re-run leaves it unchanged.
+    /// since it was opened (SQLite's `total_changes()`, less what opening
+    /// itself wrote), in the records table and in the metadata tables (a
+    /// day's listing watermark) alike.
+    /// Identical and stale records, and a listing whose watermark is
+    /// already as high, do not count: a re-run leaves it unchanged.
     ///
     /// # Errors
     ///
     /// [`Error::Backend`] if the connection is unusable.
     pub async fn total_changes(&self) -> Result<u64> {
-        self.with_conn(|conn, _| Ok(conn.total_changes())).await
+        let at_open = self.inner.changes_at_open;
+        self.with_conn(move |conn, _| Ok(conn.total_changes().saturating_sub(at_open)))
+            .await
     }
 
     /// Runs `f` with the connection on the blocking pool.
@@ -150,10 +155,8 @@ impl SqliteStore {
         .await?
     }
 
-    /// What must hold before a batch reaches SQLite: checks that cost
-    /// nothing here and would otherwise surface as SQLite's own opaque
-    /// errors, or as a write to a read-only file.
-    fn admit(&self, batch: &Batch) -> Result<()> {
+    /// A non-retryable error if the store was opened read-only.
+    fn writable(&self) -> Result<()> {
         if self.inner.read_only {
             return Err(Error::backend(
                 BACKEND,
@@ -164,6 +167,14 @@ impl SqliteStore {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// What must hold before a batch reaches SQLite: checks that cost
+    /// nothing here and would otherwise surface as SQLite's own opaque
+    /// errors, or as a write to a read-only file.
+    fn admit(&self, batch: &Batch) -> Result<()> {
+        self.writable()?;
         let max = self.inner.max_value_bytes;
         match batch.records().iter().find(|r| r.value().len() > max) {
             Some(record) => Err(Error::InvalidRecord {
@@ -204,6 +215,11 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn rows_with_tombstones(&self) -> Result<Vec<Record>> {
+        self.with_conn(|conn, sql| query_rows(conn, &sql.all_with_tombstones, []))
+            .await
+    }
+
     async fn apply(&self, batch: &Batch) -> Result<Counts> {
         self.admit(batch)?;
         // A cheap clone (the records are shared) for the blocking pool; they
@@ -212,10 +228,37 @@ impl Store for SqliteStore {
         self.with_conn(move |conn, sql| apply_batch(conn, sql, &batch))
             .await
     }
+
+    async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {
+        self.writable()?;
+        self.with_conn(move |conn, sql| {
+            // One statement, so one transaction of its own; SQLite has one
+            // writer at a time, so it cannot deadlock with a batch.
+            let purged = conn
+                .prepare_cached(&sql.purge)
+                .and_then(|mut stmt| stmt.execute([format_instant(before)]))
+                .map_err(backend)?;
+            Ok(purged as u64)
+        })
+        .await
+    }
 }
 
 /// The write: one IMMEDIATE transaction (the write lock is taken up front,
-/// so two writers never deadlock upgrading a read lock), rows in key order.
+/// so two writers never deadlock upgrading a read lock, and no watermark
+/// can move under the batch: SQLite has one writer at a time), rows in key
+/// order.
+///
+/// 1. Each record goes through [`Statements::upsert`], which decides in
+///    SQLite whether it is written (the version order) and whether as
+///    itself or as its own tombstone (the watermark rule), and returns the
+///    `deleted` of what it wrote. The stored version is read first only to
+///    *count* (inserted, updated, unchanged, stale), and the two are
+///    cross-checked.
+/// 2. A listing: the day's live rows are counted, the guard asked
+///    ([`Batch::check_replace`]), and the unlisted ones turned into their
+///    own tombstones in one statement; the watermark is raised last, only
+///    if higher.
 fn apply_batch(conn: &mut Connection, sql: &Statements, batch: &Batch) -> Result<Counts> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -227,74 +270,128 @@ fn apply_batch(conn: &mut Connection, sql: &Statements, batch: &Batch) -> Result
         for record in batch.records() {
             let date = format_date(record.event_date());
             let instant = format_instant(record.updated_at());
+            let deleted = i64::from(record.is_deleted());
             // Read only to *count* what the upsert is about to do; whether
-            // it writes is decided by the upsert's own WHERE clause, and the
+            // it writes, and what, is decided by the upsert itself, and the
             // two are cross-checked below.
-            let before: Option<(String, String, String)> = stored
+            let before: Option<(String, i64, String, String)> = stored
                 .query_row([record.key()], |row| {
-                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
                 })
                 .optional()
                 .map_err(backend)?;
-            let written = upsert
-                .execute(params![record.key(), date, record.value(), instant])
+            let written: Option<i64> = upsert
+                .query_row(
+                    params![record.key(), date, record.value(), instant, deleted],
+                    |row| row.get(0),
+                )
+                .optional()
                 .map_err(backend)?;
-            let expect_write = match &before {
-                None => {
-                    counts.inserted += 1;
+            let incoming = (instant.as_str(), deleted, record.value(), date.as_str());
+            let order = before
+                .as_ref()
+                .map(|(s_instant, s_deleted, s_value, s_date)| {
+                    incoming.cmp(&(
+                        s_instant.as_str(),
+                        *s_deleted,
+                        s_value.as_str(),
+                        s_date.as_str(),
+                    ))
+                });
+            let was_live = before.as_ref().is_some_and(|b| b.1 == 0);
+            let agrees = match (order, written) {
+                (None | Some(Ordering::Greater), Some(tombstone)) => {
+                    match (tombstone != 0, was_live) {
+                        (true, _) => counts.deleted += 1,
+                        (false, true) => counts.updated += 1,
+                        (false, false) => counts.inserted += 1,
+                    }
+                    // A tombstone is written as one.
+                    deleted <= tombstone
+                }
+                (Some(Ordering::Equal), None) => {
+                    counts.unchanged += 1;
                     true
                 }
-                Some((s_instant, s_value, s_date)) => {
-                    let incoming = (instant.as_str(), record.value(), date.as_str());
-                    match incoming.cmp(&(s_instant.as_str(), s_value.as_str(), s_date.as_str())) {
-                        Ordering::Greater => {
-                            counts.updated += 1;
-                            true
-                        }
-                        Ordering::Equal => {
-                            counts.unchanged += 1;
-                            false
-                        }
-                        Ordering::Less => {
-                            counts.stale += 1;
-                            false
-                        }
-                    }
+                (Some(Ordering::Less), None) => {
+                    counts.stale += 1;
+                    true
                 }
+                _ => false,
             };
-            if expect_write != (written == 1) {
+            if !agrees {
                 return Err(Error::backend(
                     BACKEND,
                     false,
                     format!(
-                        "version order disagreement on key {:?}: SQLite wrote {written} rows; \
+                        "version order disagreement on key {:?}: SQLite {}; \
                          is the table's collation BINARY?",
-                        record.key()
+                        record.key(),
+                        match written {
+                            Some(d) => format!("wrote it with deleted = {d}"),
+                            None => "did not write it".to_owned(),
+                        }
                     ),
                 ));
             }
         }
     }
-    if batch.mode() == Mode::Replace {
-        // Replacing a day writes nothing but the deletions themselves.
+    if let Some(as_of) = batch.as_of() {
+        let day = format_date(batch.day());
+        let as_of = format_instant(as_of);
         let keys: Vec<Value> = batch
             .records()
             .iter()
             .map(|r| Value::Text(r.key().to_owned()))
             .collect();
-        counts.deleted = tx
-            .prepare_cached(&sql.delete_missing)
-            .and_then(|mut stmt| stmt.execute(params![format_date(batch.day()), Rc::new(keys)]))
+        let keys = Rc::new(keys);
+        // The day's live rows as the merge above left them, and how many
+        // of them the listing lacks.
+        let (live, would_delete): (i64, i64) = tx
+            .prepare_cached(&sql.count_unlisted)
+            .and_then(|mut stmt| {
+                stmt.query_row(params![day, Rc::clone(&keys), as_of], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+            })
+            .map_err(backend)?;
+        let (live, would_delete) = (live as u64, would_delete as u64);
+        // On a refusal the transaction rolls back when dropped.
+        batch.check_replace(would_delete, live)?;
+        let tombstoned = tx
+            .prepare_cached(&sql.tombstone_unlisted)
+            .and_then(|mut stmt| stmt.execute(params![day, keys, as_of]))
             .map_err(backend)? as u64;
+        if tombstoned != would_delete {
+            return Err(Error::backend(
+                BACKEND,
+                false,
+                format!(
+                    "replace of {day}: counted {would_delete} rows to delete, \
+                     SQLite turned {tombstoned} into tombstones"
+                ),
+            ));
+        }
+        counts.deleted += tombstoned;
+        counts.unlisted = tombstoned;
+        tx.prepare_cached(&sql.raise_watermark)
+            .and_then(|mut stmt| stmt.execute(params![day, as_of]))
+            .map_err(backend)?;
     }
     tx.commit().map_err(backend)?;
     Ok(counts)
 }
 
-type RawRow = (String, String, String, String);
+type RawRow = (String, String, String, String, i64);
 
 fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
-    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+    ))
 }
 
 fn query_rows<P: rusqlite::Params>(conn: &Connection, sql: &str, params: P) -> Result<Vec<Record>> {
@@ -303,7 +400,7 @@ fn query_rows<P: rusqlite::Params>(conn: &Connection, sql: &str, params: P) -> R
     rows.map(|row| into_record(row.map_err(backend)?)).collect()
 }
 
-fn into_record((key, date, value, instant): RawRow) -> Result<Record> {
+fn into_record((key, date, value, instant, deleted): RawRow) -> Result<Record> {
     let corrupt = |what: &str| {
         Error::backend(
             BACKEND,
@@ -316,7 +413,11 @@ fn into_record((key, date, value, instant): RawRow) -> Result<Record> {
     let updated_at = NaiveDateTime::parse_from_str(&instant, INSTANT_FORMAT)
         .map_err(|_| corrupt("updated_at"))?
         .and_utc();
-    Record::new(key, event_date, value, updated_at)
+    match deleted {
+        0 => Record::new(key, event_date, value, updated_at),
+        1 if value.is_empty() => Record::tombstone(key, event_date, updated_at),
+        _ => Err(corrupt("deleted")),
+    }
 }
 
 fn format_date(day: NaiveDate) -> String {

@@ -257,3 +257,41 @@ async fn a_file_from_the_earlier_version_keeps_opening() {
         .unwrap();
     assert_eq!(indexes, 1, "its index on event_date serves; no second one");
 }
+
+#[tokio::test]
+async fn a_deleted_column_that_allows_a_tombstone_with_a_value_is_refused() {
+    let (_dir, path) = table_with(&[(
+        "CHECK (deleted IN (0, 1) AND (deleted = 0 OR value = ''))",
+        "CHECK (deleted IN (0, 1))",
+    )])
+    .await;
+    assert_refused(&path, &["\"deleted\"", "CHECK", "value = ''"]).await;
+}
+
+#[tokio::test]
+async fn a_deleted_column_of_another_type_or_default_is_refused() {
+    let (_dir, path) = table_with(&[(
+        "deleted INTEGER NOT NULL DEFAULT 0",
+        "deleted TEXT NOT NULL DEFAULT 0",
+    )])
+    .await;
+    assert_refused(&path, &["\"deleted\"", "TEXT", "INTEGER"]).await;
+    // A default of 1 would make every row another writer inserts a
+    // tombstone (and fail the CHECK on its value).
+    let (_dir, path) = table_with(&[(
+        "deleted INTEGER NOT NULL DEFAULT 0",
+        "deleted INTEGER NOT NULL DEFAULT 1",
+    )])
+    .await;
+    assert_refused(&path, &["\"deleted\"", "DEFAULT 1", "DEFAULT 0"]).await;
+}
+
+#[tokio::test]
+async fn a_table_without_the_deleted_column_but_registered_as_version_2_is_refused() {
+    let (_dir, path) = table_with(&[]).await;
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(&format!("ALTER TABLE {TABLE} DROP COLUMN deleted"))
+        .unwrap();
+    assert_refused(&path, &["\"deleted\"", "missing"]).await;
+}

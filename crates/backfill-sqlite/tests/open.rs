@@ -122,22 +122,48 @@ async fn reruns_and_stale_redeliveries_change_no_row() {
     upsert(&store, day, batch("old", 5), WriteOptions::default())
         .await
         .unwrap();
-    let replace = WriteOptions::default().mode(backfill_core::Mode::Replace);
+    assert_eq!(store.total_changes().await.unwrap(), after_first);
+    // A listing as of a fixed instant (the default would be "now", and
+    // raise the day's watermark on every call).
+    let replace = WriteOptions::default()
+        .mode(backfill_core::Mode::Replace)
+        .as_of(at + chrono::Duration::seconds(10));
+    let c = upsert(&store, day, batch("new", 10), replace)
+        .await
+        .unwrap();
+    assert_eq!(c.written(), 0);
+    // v2: the first listing of a day records its watermark, one row of
+    // `backfill_days`; no record is written.
+    assert_eq!(
+        store.total_changes().await.unwrap(),
+        after_first + 1,
+        "nothing but the day's watermark may be written"
+    );
     let c = upsert(&store, day, batch("new", 10), replace)
         .await
         .unwrap();
     assert_eq!(c.written(), 0);
     assert_eq!(
         store.total_changes().await.unwrap(),
-        after_first,
-        "nothing may be written"
+        after_first + 1,
+        "a re-applied listing writes nothing at all"
     );
-    // Replacing with 10% of the keys gone changes exactly those rows.
+    // Replacing with 10% of the keys gone changes exactly those rows (into
+    // tombstones; the watermark is already as high).
     let c = upsert(&store, day, batch("new", 10)[..900].to_vec(), replace)
         .await
         .unwrap();
     assert_eq!(c.deleted, 100);
-    assert_eq!(store.total_changes().await.unwrap(), after_first + 100);
+    assert_eq!(c.unlisted, 100);
+    assert_eq!(store.total_changes().await.unwrap(), after_first + 1 + 100);
+    assert_eq!(store.rows().await.unwrap().len(), 900);
+    assert_eq!(store.rows_with_tombstones().await.unwrap().len(), 1000);
+    // And again: nothing.
+    let c = upsert(&store, day, batch("new", 10)[..900].to_vec(), replace)
+        .await
+        .unwrap();
+    assert_eq!((c.written(), c.unchanged), (0, 900));
+    assert_eq!(store.total_changes().await.unwrap(), after_first + 1 + 100);
 }
 
 /// Whether `table` has an index whose first column is `event_date`.

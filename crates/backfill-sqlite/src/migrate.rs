@@ -1,0 +1,214 @@
+//! Bringing a database to the store's schema on open: the metadata tables
+//! and the records table created when missing, a records table of an
+//! earlier schema version upgraded in place, and every table checked.
+//!
+//! Opening first only *looks* (no lock, no write): a database where all is
+//! in place, the usual case, is read and nothing more. If something must be
+//! created or upgraded, the same steps run again under `BEGIN IMMEDIATE`,
+//! SQLite's write lock, and commit together: two processes opening one new
+//! file serialize there, and the second finds everything done. DDL is
+//! transactional in SQLite, so an upgrade that fails half-way (a table of
+//! another shape, a full disk) leaves the file as it was.
+//!
+//! Schema versions, recorded per records table in [`TABLES`]:
+//!
+//! | version | records table | metadata tables |
+//! |---|---|---|
+//! | 1 | `key, event_date, value, updated_at` (no version row) | none |
+//! | 2 | … and `deleted` last | [`TABLES`], [`DAYS`] (`listing_watermark`) |
+//!
+//! A records table with no version row and no `deleted` column is version 1.
+//! An upgrade is a chain of steps ([`upgrade_step`]), one per version, so
+//! the next version adds one arm.
+
+use backfill_core::Result;
+use rusqlite::{Connection, OptionalExtension};
+
+use crate::error::open as open_error;
+use crate::schema;
+use crate::sql::{self, DAYS, SCHEMA_VERSION, TABLES};
+
+/// How much opening may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// A read-only database: check only; what would need a write is an
+    /// error, except a missing index (reads are right without it).
+    ReadOnly,
+    /// A first look at a writable database: check only, and report whether
+    /// anything needs a write.
+    Look,
+    /// Under the write lock: do what is needed.
+    Write,
+}
+
+/// Opens `table` on `conn`: creates or upgrades what is missing (unless
+/// `read_only`) and checks every table the store uses.
+///
+/// # Errors
+///
+/// [`Error::Open`](backfill_core::Error::Open) for a table of another
+/// definition than the store's (naming it and what differs), a schema
+/// version this release does not know, a records table missing from a
+/// read-only database or one that needs an upgrade there, or SQLite's own
+/// error.
+pub(crate) fn prepare(conn: &Connection, table: &str, read_only: bool) -> Result<()> {
+    if read_only {
+        bring_up(conn, table, Access::ReadOnly)?;
+        return Ok(());
+    }
+    if bring_up(conn, table, Access::Look)? {
+        return Ok(());
+    }
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(open_error)?;
+    // Looked at again under the lock: another process may have done it.
+    let done = bring_up(conn, table, Access::Write)
+        .and_then(|_| conn.execute_batch("COMMIT").map_err(open_error));
+    if done.is_err() && !conn.is_autocommit() {
+        // The error is the one worth reporting; a failed rollback leaves
+        // the transaction to be rolled back when the connection closes.
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    done
+}
+
+/// Checks every table and, with [`Access::Write`], creates or upgrades
+/// what is missing. Returns whether all was in place (always `true` unless
+/// [`Access::Look`] found something to do).
+fn bring_up(conn: &Connection, table: &str, access: Access) -> Result<bool> {
+    let records = sql::records_table(table, SCHEMA_VERSION);
+    let metadata = [sql::tables_table(), sql::days_table()];
+    // The metadata tables: checked where they exist, whatever comes next.
+    let mut missing_metadata = Vec::new();
+    for def in &metadata {
+        if schema::object_kind(conn, &def.name)
+            .map_err(open_error)?
+            .is_some()
+        {
+            schema::verify(conn, def)?;
+        } else {
+            missing_metadata.push(def);
+        }
+    }
+    let registered: Option<i64> = if missing_metadata.iter().any(|d| d.name == TABLES) {
+        None
+    } else {
+        conn.query_row(sql::VERSION, [table], |row| row.get(0))
+            .optional()
+            .map_err(open_error)?
+    };
+
+    // The records table, and which version it is.
+    let exists = schema::object_kind(conn, table)
+        .map_err(open_error)?
+        .is_some();
+    // A view or another object of that name is refused by `verify`, with
+    // what it is; so is a table missing its columns.
+    let has_deleted = exists && schema::has_deleted_column(conn, table).map_err(open_error)?;
+    let version = match (exists, registered) {
+        (false, _) => None,
+        (true, Some(v)) => Some(v),
+        // Version 1 had no version rows. A table that has the column
+        // version 2 added but no row (its metadata lost, or created by
+        // hand to the store's definition) is checked as version 2 below
+        // and registered.
+        (true, None) => Some(if has_deleted { SCHEMA_VERSION } else { 1 }),
+    };
+    if let Some(v) = version {
+        if v > SCHEMA_VERSION {
+            return Err(open_error(format!(
+                "table \"{table}\" has schema version {v} (recorded in {TABLES}); this \
+                 release of backfill-sqlite knows versions up to {SCHEMA_VERSION}: use a \
+                 newer release"
+            )));
+        }
+        if v < 1 || (v == 1 && has_deleted) {
+            return Err(open_error(format!(
+                "table \"{table}\" is recorded in {TABLES} as schema version {v}, which does \
+                 not match its columns"
+            )));
+        }
+        // Checked at the version it claims, before anything is changed.
+        schema::verify(conn, &sql::records_table(table, v))?;
+    }
+
+    let needs_write = version != Some(SCHEMA_VERSION)
+        || registered != Some(SCHEMA_VERSION)
+        || !missing_metadata.is_empty();
+    if needs_write {
+        match access {
+            Access::Look => return Ok(false),
+            Access::ReadOnly => match version {
+                None => {
+                    return Err(open_error(format!(
+                        "table \"{table}\" does not exist, and a read-only store creates nothing"
+                    )))
+                }
+                Some(v) if v < SCHEMA_VERSION => {
+                    return Err(open_error(format!(
+                        "table \"{table}\" has schema version {v} and must be upgraded to \
+                         version {SCHEMA_VERSION} (a `deleted` column and the {TABLES} and \
+                         {DAYS} tables) before this release can use it: open it once \
+                         writable, with rights to change the schema, and it is upgraded in \
+                         place"
+                    )))
+                }
+                // The current version, its metadata lost: the records
+                // table reads right without it, and nothing is written.
+                Some(_) => {}
+            },
+            Access::Write => {
+                for def in &missing_metadata {
+                    conn.execute_batch(&def.create()).map_err(open_error)?;
+                    schema::verify(conn, def)?;
+                }
+                match version {
+                    None => {
+                        conn.execute_batch(&records.create()).map_err(open_error)?;
+                        // Watermarks of a table of that name that no longer
+                        // exists would delete the new table's rows.
+                        conn.execute(sql::FORGET_DAYS, [table])
+                            .map_err(open_error)?;
+                    }
+                    Some(mut v) => {
+                        while v < SCHEMA_VERSION {
+                            upgrade_step(conn, table, v)?;
+                            v += 1;
+                        }
+                    }
+                }
+                conn.execute(sql::REGISTER, rusqlite::params![table, SCHEMA_VERSION])
+                    .map_err(open_error)?;
+            }
+        }
+    }
+
+    if needs_write && access == Access::Write {
+        // Checked again when just created or upgraded: another process may
+        // have created it first, with another definition (`IF NOT EXISTS`
+        // says nothing), and an upgrade must end in the new definition.
+        schema::verify(conn, &records)?;
+    }
+    // A read-only store reads right without the index, only slower.
+    if access != Access::ReadOnly
+        && !schema::has_event_date_index(conn, table).map_err(open_error)?
+    {
+        if access == Access::Look {
+            return Ok(false);
+        }
+        conn.execute_batch(&sql::create_index(table))
+            .map_err(open_error)?;
+    }
+    Ok(true)
+}
+
+/// Upgrades the records table `table` from schema version `from` to
+/// `from + 1`, in the open transaction; the metadata tables already exist.
+fn upgrade_step(conn: &Connection, table: &str, from: i64) -> Result<()> {
+    match from {
+        // Every existing row stays, live (`deleted` defaults to 0).
+        1 => conn
+            .execute_batch(&sql::add_deleted_column(table))
+            .map_err(open_error),
+        _ => unreachable!("no upgrade from schema version {from}"),
+    }
+}
