@@ -34,9 +34,9 @@
 
 pub use backfill_core::{
     adapter, backfill, sync_day, upsert, BackfillError, Batch, BoxError, Clock, Counts, DayReport,
-    Error, Event, EventDates, FailedDay, Fetch, Field, FixedClock, Job, MemoryStore, Mode, Problem,
-    Record, Result, Retry, RunReport, Store, SystemClock, Transient, WriteOptions, MAX_KEY_BYTES,
-    MAX_YEAR, MIN_YEAR,
+    Error, Event, EventDates, FailedDay, Fetch, Fetched, Field, FixedClock, Job, MemoryStore, Mode,
+    Problem, Record, Refusal, ReplaceGuard, Result, Retry, RunReport, Store, SystemClock,
+    Transient, WriteOptions, MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR,
 };
 
 /// The conformance suite every store must pass (test support, exempt from

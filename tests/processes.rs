@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use backfill::postgres::PostgresStore;
 use backfill::sqlite::SqliteStore;
-use backfill::{Job, MemoryStore, Mode, Record, Retry, Store};
+use backfill::{Fetched, Job, MemoryStore, Mode, Record, Retry, Store};
 use backfill_testkit as testkit;
 use chrono::{Datelike, NaiveDate, TimeZone, Utc};
 use serde_json::{json, Value};
@@ -47,12 +47,56 @@ enum Data {
         deleted_day: i64,
         seeded: bool,
     },
+    /// A listing of the upstream that all `Drawn` jobs `seed * 1000 + 0 ..
+    /// jobs` deliver from: every key at its winning version among theirs,
+    /// the deleted keys of `deleted_day` gone.
+    Winners {
+        seed: u64,
+        jobs: u64,
+        per_day: u32,
+        deleted_day: i64,
+    },
 }
 
 impl Data {
+    /// The instant a listing of day `d` is true as of: after every version
+    /// the upstream holds for that day.
+    fn as_of(self, d: NaiveDate) -> chrono::DateTime<Utc> {
+        let midnight = Utc.from_utc_datetime(&d.and_hms_opt(0, 0, 0).unwrap());
+        match self {
+            Data::Versioned { version, .. } => midnight + chrono::Duration::seconds(version as i64),
+            Data::Drawn { .. } | Data::Winners { .. } => midnight + chrono::Duration::seconds(4),
+        }
+    }
+
     fn records(self, d: NaiveDate) -> Vec<Record> {
         let midnight = Utc.from_utc_datetime(&d.and_hms_opt(0, 0, 0).unwrap());
         match self {
+            Data::Winners {
+                seed,
+                jobs,
+                per_day,
+                deleted_day,
+            } => {
+                let mut winners: std::collections::BTreeMap<String, Record> = Default::default();
+                for job in 0..jobs {
+                    let drawn = Data::Drawn {
+                        seed: seed * 1000 + job,
+                        per_day,
+                        deleted_day,
+                        seeded: false,
+                    };
+                    for r in drawn.records(d) {
+                        match winners.get(r.key()) {
+                            Some(w) if !r.supersedes(w) => {}
+                            _ => {
+                                winners.insert(r.key().to_owned(), r);
+                            }
+                        }
+                    }
+                }
+                winners.into_values().collect()
+            }
             Data::Versioned { version, per_day } => (0..per_day)
                 .map(|i| {
                     let at = midnight + chrono::Duration::seconds(version as i64);
@@ -85,6 +129,12 @@ impl Data {
                 deleted_day,
                 seeded,
             } => json!({"drawn": [seed, per_day, deleted_day, seeded]}),
+            Data::Winners {
+                seed,
+                jobs,
+                per_day,
+                deleted_day,
+            } => json!({"winners": [seed, jobs, per_day, deleted_day]}),
         }
     }
 
@@ -93,6 +143,13 @@ impl Data {
             Data::Versioned {
                 version: a[0].as_u64().unwrap(),
                 per_day: a[1].as_u64().unwrap() as u32,
+            }
+        } else if let Some(a) = v.get("winners") {
+            Data::Winners {
+                seed: a[0].as_u64().unwrap(),
+                jobs: a[1].as_u64().unwrap(),
+                per_day: a[2].as_u64().unwrap() as u32,
+                deleted_day: a[3].as_i64().unwrap(),
             }
         } else {
             let a = &v["drawn"];
@@ -207,9 +264,11 @@ impl Spec {
 
     async fn run(&self, store: &dyn Store) -> backfill::Result<backfill::RunReport> {
         let (data, pause) = (self.data, Duration::from_millis(self.fetch_ms));
+        // The upstream says when each listing was taken, so that every
+        // job's listings and deliveries are of one consistent upstream.
         let fetch = move |d: NaiveDate| async move {
             tokio::time::sleep(pause).await;
-            Ok::<_, std::io::Error>(data.records(d))
+            Ok::<_, std::io::Error>(Fetched::new(data.records(d)).as_of(data.as_of(d)))
         };
         self.job()
             .backfill(store, &fetch, day(self.days.0)..=day(self.days.1))
@@ -328,15 +387,20 @@ async fn killed_backfills_leave_whole_days_and_converge() {
     const PER_DAY: u32 = 1000;
     for (name, place, _dir) in places("crash").await {
         let reader = place.open(1).await;
-        // Every day of one version, two days at a time.
-        let versioned = |version, fetch_ms| Spec {
+        // Every day of one version, two days at a time; every other run
+        // a listing of the days (replace mode), true as of its version.
+        let versioned = |version: u64, fetch_ms| Spec {
             place: place.clone(),
             data: Data::Versioned {
                 version,
                 per_day: PER_DAY,
             },
             days: (0, DAYS - 1),
-            mode: Mode::Merge,
+            mode: if version.is_multiple_of(2) {
+                Mode::Replace
+            } else {
+                Mode::Merge
+            },
             concurrency: 2,
             fetch_ms,
         };
@@ -375,15 +439,15 @@ async fn killed_backfills_leave_whole_days_and_converge() {
         let oracle = MemoryStore::new();
         spec.run(&oracle).await.unwrap();
         assert_eq!(
-            reader.rows().await.unwrap(),
-            oracle.rows().await.unwrap(),
+            reader.rows_with_tombstones().await.unwrap(),
+            oracle.rows_with_tombstones().await.unwrap(),
             "{name}"
         );
         println!("{name}: 20 kill points ({interrupted} mid-run), {polls} polls, all whole");
     }
 }
 
-/// The daily job, two overlapping backfills and a replace-mode re-sync of
+/// The daily job, two overlapping backfills and a listing (replace mode) of
 /// one day, each in its own process, all at once against one store; for
 /// several seeds. All succeed (lock waits and deadlocks are retried, never
 /// surfaced) and the store ends exactly where the oracle does.
@@ -419,16 +483,19 @@ async fn overlapping_jobs_in_separate_processes_converge() {
                 fetch_ms: 2,
             };
             let initial = spec(drawn(0, true), (0, 15), Mode::Merge, 2);
+            // The listing of the deleted day lists what the upstream that
+            // all jobs deliver from holds by then.
+            let listing = Data::Winners {
+                seed,
+                jobs: 4,
+                per_day: PER_DAY,
+                deleted_day: DELETED_DAY,
+            };
             let jobs = [
                 spec(drawn(1, false), (15, 15), Mode::Merge, 1), // the daily job
                 spec(drawn(2, false), (0, 10), Mode::Merge, 2),  // backfill A
                 spec(drawn(3, false), (5, 15), Mode::Merge, 2),  // backfill B, overlapping A
-                spec(
-                    drawn(4, false),
-                    (DELETED_DAY, DELETED_DAY),
-                    Mode::Replace,
-                    1,
-                ),
+                spec(listing, (DELETED_DAY, DELETED_DAY), Mode::Replace, 1),
             ];
             let store = place.open(2).await;
             initial.run(&*store).await.unwrap();
@@ -440,16 +507,20 @@ async fn overlapping_jobs_in_separate_processes_converge() {
             {
                 wait(child, &format!("{context}: {job}"));
             }
-            // The oracle: the same batches, one after another, the replace
-            // last (upstream no longer has the deleted keys, so no job can
-            // bring them back, whatever the interleaving).
+            // The oracle: the same batches, one after another (upstream
+            // no longer has the deleted keys, so no job can bring them
+            // back, whatever the interleaving).
             let oracle = MemoryStore::new();
             initial.run(&oracle).await.unwrap();
             for job in &jobs {
                 job.run(&oracle).await.unwrap();
             }
+            assert_eq!(
+                store.rows_with_tombstones().await.unwrap(),
+                oracle.rows_with_tombstones().await.unwrap(),
+                "{context}"
+            );
             let expected = oracle.rows().await.unwrap();
-            assert_eq!(store.rows().await.unwrap(), expected, "{context}");
             let deleted = expected
                 .iter()
                 .filter(|r| r.event_date() == day(DELETED_DAY))

@@ -3,7 +3,7 @@
 //! end with the same rows as the in-memory reference.
 
 use backfill::sqlite::SqliteStore;
-use backfill::{Job, MemoryStore, Mode, Record, Store};
+use backfill::{FixedClock, Job, MemoryStore, Mode, Record, Store};
 use chrono::{Duration, NaiveDate};
 
 fn jan(d: u32) -> NaiveDate {
@@ -63,23 +63,40 @@ async fn same_range_twice_keeps_the_row_count() {
 async fn daily_then_weekly_converges_with_weekly_alone_in_every_store() {
     let mut results = Vec::new();
     for mode in [Mode::Merge, Mode::Replace] {
+        // One consistent upstream: each daily sync runs at 12:10 of its day,
+        // after the first versions (12:00) and before the revisions (12:30);
+        // the weekly re-fetch runs after the week.
+        let daily = |d: u32| {
+            let now = jan(d).and_hms_opt(12, 10, 0).unwrap().and_utc();
+            Job::new().mode(mode).clock(FixedClock(now))
+        };
+        let weekly = Job::new()
+            .mode(mode)
+            .clock(FixedClock(jan(9).and_hms_opt(0, 0, 0).unwrap().and_utc()));
         for store in stores().await {
-            let job = Job::new().mode(mode);
             for d in 1..=7 {
-                job.sync_day(&store, &fetcher(20, 0), jan(d)).await.unwrap();
+                daily(d)
+                    .sync_day(&store, &fetcher(20, 0), jan(d))
+                    .await
+                    .unwrap();
             }
             // The weekly re-fetch: every record revised, and upstream
             // dropped the last five of each day.
-            job.backfill(&store, &fetcher(15, 30), jan(1)..=jan(7))
+            weekly
+                .backfill(&store, &fetcher(15, 30), jan(1)..=jan(7))
                 .await
                 .unwrap();
             let alone = MemoryStore::new();
             if mode == Mode::Merge {
                 for d in 1..=7 {
-                    job.sync_day(&alone, &fetcher(20, 0), jan(d)).await.unwrap();
+                    daily(d)
+                        .sync_day(&alone, &fetcher(20, 0), jan(d))
+                        .await
+                        .unwrap();
                 }
             }
-            job.backfill(&alone, &fetcher(15, 30), jan(1)..=jan(7))
+            weekly
+                .backfill(&alone, &fetcher(15, 30), jan(1)..=jan(7))
                 .await
                 .unwrap();
             let rows = store.rows().await.unwrap();

@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use backfill_core::{Job, Mode, Record, Retry};
+use backfill_core::{FixedClock, Job, Mode, Record, Retry};
 use chrono::NaiveDate;
 use sha2::{Digest, Sha256};
 
@@ -261,8 +261,13 @@ pub(crate) async fn run_store(
         ..base.clone()
     });
 
-    // ---- changed_day, stale_day, replace_day on the full table ----------
+    // ---- changed_day, stale_day, replace_day (and its re-run) -----------
     let day = nth_day(s.days / 2);
+    let listing: Vec<Record> = (0..s.per_day)
+        .filter(|i| i % 10 != 0)
+        .map(|i| record(nth_day(s.days / 2 + 1), i, false))
+        .collect();
+    let mut merge_seconds = None;
     for (scenario, records, mode, expected) in [
         (
             "changed_day",
@@ -278,41 +283,57 @@ pub(crate) async fn run_store(
         ),
         (
             "replace_day",
-            (0..s.per_day)
-                .filter(|i| i % 10 != 0)
-                .map(|i| record(nth_day(s.days / 2 + 1), i, false))
-                .collect(),
+            listing.clone(),
             Mode::Replace,
             s.per_day.div_ceil(10),
         ),
+        ("replace_rerun", listing.clone(), Mode::Replace, 0),
     ] {
         log(scenario);
         let day = records.first().map_or(day, Record::event_date);
         let feed = Feed::new([(day, records)]);
         let w0 = target.rows_written().await?;
+        let wal0 = target.wal_lsn().await?;
         reset_peak_rss();
         let started = Instant::now();
+        // Both replaces are one listing, true as of the same instant (a day
+        // after the listed day): the second is its identical re-apply.
+        let as_of = (day + chrono::Duration::days(1))
+            .and_hms_opt(0, 0, 0)
+            .unwrap()
+            .and_utc();
         let report = job(s)
             .mode(mode)
+            .clock(FixedClock(as_of))
             .sync_day(target.store(), &|d| fetch_from(&feed, d), day)
             .await
             .map_err(|e| e.to_string())?;
         let seconds = started.elapsed().as_secs_f64();
         let peak = peak_rss();
         let written = delta(w0, target.rows_written().await?).unwrap_or(report.counts.written());
+        let wal = delta(wal0, target.wal_lsn().await?);
         let c = report.counts;
         let (ok, goal) = match scenario {
-            "changed_day" => (
-                c.updated == u64::from(expected) && written == u64::from(expected),
-                format!("exactly {expected} updated"),
-            ),
+            "changed_day" => {
+                merge_seconds = Some(seconds);
+                (
+                    c.updated == u64::from(expected) && written == u64::from(expected),
+                    format!("exactly {expected} updated"),
+                )
+            }
             "stale_day" => (
                 c.stale == u64::from(s.per_day) && written == 0,
                 "0 rows written".to_owned(),
             ),
+            "replace_day" => (
+                c.deleted == u64::from(expected)
+                    && c.unlisted == u64::from(expected)
+                    && written == u64::from(expected),
+                format!("exactly {expected} tombstoned"),
+            ),
             _ => (
-                c.deleted == u64::from(expected) && written == u64::from(expected),
-                format!("exactly {expected} deleted"),
+                c.written() == 0 && written == 0 && wal.unwrap_or(0) == 0,
+                "0 rows, 0 B WAL".to_owned(),
             ),
         };
         out.push(Measurement {
@@ -320,12 +341,18 @@ pub(crate) async fn run_store(
             rows: u64::from(s.per_day),
             seconds,
             rows_written: Some(written),
+            wal_bytes: wal,
+            // The replace against the merge of a changed day of the same
+            // size: what tombstoning a tenth of the day adds.
+            speedup: merge_seconds
+                .filter(|_| scenario.starts_with("replace"))
+                .map(|merge| merge / seconds),
             peak_rss_bytes: peak,
             target: goal,
             pass: Some(ok),
             detail: format!(
-                "inserted {} updated {} unchanged {} stale {} deleted {}",
-                c.inserted, c.updated, c.unchanged, c.stale, c.deleted
+                "inserted {} updated {} unchanged {} stale {} deleted {} (unlisted {})",
+                c.inserted, c.updated, c.unchanged, c.stale, c.deleted, c.unlisted
             ),
             ..base.clone()
         });

@@ -32,9 +32,9 @@ use crate::record::Record;
 ///    is physically deleted), after asking [`Batch::check_replace`] whether
 ///    that many may go; then raise the day's watermark to `as_of` if it is
 ///    lower;
-/// 4. serialize with concurrent batches on the days whose watermark it reads
-///    or raises (a listing's day exclusively, the days of a batch's live
-///    records shared, in date order), reading watermarks after the lock;
+/// 4. serialize with concurrent batches on the days it touches
+///    ([`Batch::days`] shared, a listing's own day exclusively, in date
+///    order), reading watermarks after the lock;
 /// 5. make each decision in the engine (`INSERT … ON CONFLICT … DO UPDATE
 ///    … WHERE`, `MERGE`), never by reading into Rust and writing back;
 /// 6. refuse a record that breaks the record rules, failing the whole
@@ -194,17 +194,13 @@ impl Batch {
         self.records.is_empty()
     }
 
-    /// The days whose watermark applying this batch reads: the
-    /// `event_date`s of its live records, in date order, without
-    /// duplicates. A listing also raises its own day's
-    /// ([`Batch::day`]), which a store locks exclusively.
-    pub fn live_days(&self) -> Vec<NaiveDate> {
-        let mut days: Vec<NaiveDate> = self
-            .records
-            .iter()
-            .filter(|r| !r.is_deleted())
-            .map(Record::event_date)
-            .collect();
+    /// The days a store locks while applying this batch, in date order,
+    /// without duplicates: the `event_date` of every record (shared: the
+    /// watermarks of live records' days are read there, and a listing of
+    /// one of these days must not interleave with the batch's writes to
+    /// it). A listing also locks its own day, [`Batch::day`], exclusively.
+    pub fn days(&self) -> Vec<NaiveDate> {
+        let mut days: Vec<NaiveDate> = self.records.iter().map(Record::event_date).collect();
         days.sort_unstable();
         days.dedup();
         days

@@ -30,7 +30,9 @@ pub struct WriteOptions {
     /// that produced it started, or the upstream's own snapshot time. `None`
     /// takes the moment `upsert` is called, which is only right when
     /// nothing can have changed upstream since the listing was read; a
-    /// [`Job`](crate::Job) always sets it.
+    /// [`Job`](crate::Job) always sets it. Re-applying a listing with the
+    /// same `as_of` writes nothing; the same records with a later `as_of`
+    /// are a newer listing, which raises the day's watermark.
     pub as_of: Option<DateTime<Utc>>,
     /// What a replace may delete (default [`ReplaceGuard::default`]: an
     /// empty listing may not empty a day).

@@ -1,17 +1,18 @@
 //! [`PostgresStoreBuilder`]: names, chunk sizes, the pool, TLS, and opening
 //! (creating only what is missing, checking what exists).
 
+use std::fmt;
 use std::sync::Arc;
 
 use backfill_core::adapter::check_identifier;
-use backfill_core::Result;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use backfill_core::{Error, Result};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
 use tokio_postgres::{Config, NoTls};
 
 use crate::error::open_error;
 use crate::sql::{self, Statements};
 use crate::store::PostgresStore;
-use crate::table::{self, Found};
+use crate::table::{self, Found, Shape};
 use crate::{
     DEFAULT_CHUNK_BYTES, DEFAULT_CHUNK_ROWS, DEFAULT_SCHEMA, DEFAULT_TABLE, MAX_VALUE_BYTES,
 };
@@ -55,7 +56,8 @@ impl PostgresStoreBuilder {
     }
 
     /// The table (default [`DEFAULT_TABLE`]); created if missing. Same rule
-    /// as [`PostgresStoreBuilder::schema`].
+    /// as [`PostgresStoreBuilder::schema`], and neither `backfill_tables`
+    /// nor `backfill_days`: those are the schema's metadata tables.
     pub fn table(mut self, table: impl Into<String>) -> Self {
         self.table = table.into();
         self
@@ -70,7 +72,8 @@ impl PostgresStoreBuilder {
 
     /// Bytes sent per statement, counting keys and values plus a little per
     /// record (default [`DEFAULT_CHUNK_BYTES`], 64 MiB), so a day of large
-    /// values stays under Postgres' 1 GiB limit per message. A statement
+    /// values stays under Postgres' 1 GiB limit per message; a listing's
+    /// keys are sent in ranges of at most as many bytes. A statement
     /// always holds at least one record, whatever its size; at most
     /// [`MAX_VALUE_BYTES`].
     pub fn chunk_bytes(mut self, bytes: usize) -> Self {
@@ -86,15 +89,18 @@ impl PostgresStoreBuilder {
     }
 
     /// Whether opening may create what is missing: the schema, the table,
-    /// its `event_date` index (default `true`).
+    /// its `event_date` index, the schema's `backfill_tables` and
+    /// `backfill_days` and the table's version row, and upgrade a table of
+    /// an older schema version in place (default `true`).
     ///
     /// Either way opening first looks in the catalog and runs no DDL when
-    /// everything exists, so a role with only `SELECT`, `INSERT`, `UPDATE`
-    /// and `DELETE` on the table, or a read-only replica, can open it. With
-    /// `false` no DDL is ever run, and anything missing is an
+    /// everything exists at the current version, so a role with only
+    /// `SELECT`, `INSERT`, `UPDATE` and `DELETE` on the table and on the two
+    /// metadata tables, or a read-only replica, can open it. With `false`
+    /// no DDL is ever run, and anything missing or old is an
     /// [`Error::Open`] that says what (for deployments where a migration
-    /// tool creates the table and the application role must never run
-    /// DDL).
+    /// tool creates the tables, as the [crate docs](crate#tables) show, and
+    /// the application role must never run DDL).
     ///
     /// [`Error::Open`]: backfill_core::Error::Open
     pub fn create_if_missing(mut self, create: bool) -> Self {
@@ -107,11 +113,14 @@ impl PostgresStoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidName`] for a bad schema or table name (checked
-    /// before connecting); [`Error::Open`] for a malformed connection
-    /// string, an unreachable server, refused credentials, something
-    /// missing that may not or cannot be created, or an existing table that
-    /// is not the one the store creates (its source is then a
+    /// [`Error::InvalidName`] for a bad schema or table name, or a table
+    /// named `backfill_tables` or `backfill_days` (checked before
+    /// connecting); [`Error::Open`] for a malformed connection string, an
+    /// unreachable server, refused credentials, something missing that may
+    /// not or cannot be created, a table of an older schema version that may
+    /// not or cannot be upgraded, a schema version newer than this release,
+    /// or an existing table (records or metadata) that is not the one the
+    /// store creates (its source is then a
     /// [`TableMismatch`](crate::TableMismatch) naming each column and what
     /// differs).
     ///
@@ -230,11 +239,9 @@ impl PostgresStoreBuilder {
         let mut found = table::inspect(&*tx, schema, name)
             .await
             .map_err(open_error)?;
-        // A table of another shape is refused before anything is created
-        // beside it.
-        if let Some(existing) = &found.table {
-            table::verify(schema, name, existing).map_err(open_error)?;
-        }
+        // Tables of another shape, or of a newer release, are refused
+        // before anything is created or upgraded beside them.
+        check(schema, name, &found)?;
         if !found.complete() {
             if !self.create_if_missing {
                 return Err(open_error(missing(schema, name, &found)));
@@ -242,36 +249,20 @@ impl PostgresStoreBuilder {
             // Concurrent first opens would race to create the same things;
             // an advisory lock held to the end of the transaction serialises
             // them, and the catalog is read again under it.
-            tx.execute(sql::CREATE_LOCK, &[&format!("backfill:{schema}.{name}")])
+            tx.execute(sql::CREATE_LOCK, &[&format!("backfill:{schema}")])
                 .await
                 .map_err(open_error)?;
             found = table::inspect(&*tx, schema, name)
                 .await
                 .map_err(open_error)?;
-            if !found.schema {
-                tx.batch_execute(&sql::create_schema(schema))
-                    .await
-                    .map_err(open_error)?;
-            }
-            if found.table.is_none() {
-                tx.batch_execute(&sql::create_table(schema, name))
-                    .await
-                    .map_err(open_error)?;
-            }
-            if !found.table.as_ref().is_some_and(|t| t.event_date_index) {
-                tx.batch_execute(&sql::create_index(schema, name))
-                    .await
-                    .map_err(open_error)?;
-            }
-            // What exists now must be what the store creates, index included.
+            check(schema, name, &found)?;
+            create_or_upgrade(&tx, schema, name, &found).await?;
+            // What exists now must be what the store creates, index and
+            // version included.
             found = table::inspect(&*tx, schema, name)
                 .await
                 .map_err(open_error)?;
-            let created = found
-                .table
-                .as_ref()
-                .ok_or_else(|| open_error(missing(schema, name, &found)))?;
-            table::verify(schema, name, created).map_err(open_error)?;
+            check(schema, name, &found)?;
             if !found.complete() {
                 return Err(open_error(missing(schema, name, &found)));
             }
@@ -288,7 +279,153 @@ impl PostgresStoreBuilder {
 
     fn check_names(&self) -> Result<()> {
         check_identifier("schema", &self.schema)?;
-        check_identifier("table", &self.table)
+        check_identifier("table", &self.table)?;
+        // The schema's metadata tables cannot also hold records.
+        if [sql::TABLES_TABLE, sql::DAYS_TABLE].contains(&self.table.as_str()) {
+            return Err(Error::InvalidName {
+                what: "table",
+                name: self.table.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Refuses what may not be opened, created beside or upgraded: a schema
+/// version newer than this release's, and any table of another shape than
+/// the one its version has.
+fn check(schema: &str, name: &str, found: &Found) -> Result<()> {
+    let newer = |version: i32, what: String| {
+        open_error(format!(
+            "{what} is at schema version {version}, newer than this release of \
+             backfill-postgres knows (version {}); use a newer release",
+            sql::SCHEMA_VERSION
+        ))
+    };
+    let t = sql::qualified(schema, name);
+    if let Some(version) = found.version.filter(|v| *v > sql::SCHEMA_VERSION) {
+        return Err(newer(version, format!("table {t}")));
+    }
+    if let Some(newest) = found.newest.filter(|v| *v > sql::SCHEMA_VERSION) {
+        return Err(newer(newest, format!("a table of schema \"{schema}\"")));
+    }
+    for (relation, table, shape) in [
+        (sql::TABLES_TABLE, &found.tables, Shape::Tables),
+        (sql::DAYS_TABLE, &found.days, Shape::Days),
+        (name, &found.table, found.table_shape()),
+    ] {
+        if let Some(table) = table {
+            table::verify(schema, relation, table, shape).map_err(open_error)?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates what is missing and upgrades what is old, under the creation
+/// lock, in the open's transaction: all of it commits or none.
+async fn create_or_upgrade(
+    tx: &Transaction<'_>,
+    schema: &str,
+    name: &str,
+    found: &Found,
+) -> Result<()> {
+    // An upgrade names what went wrong: typically a role that may not run
+    // DDL on a table it did not create, or a read-only server.
+    let upgrade_error = |e: tokio_postgres::Error| {
+        open_error(Upgrade {
+            table: sql::qualified(schema, name),
+            from: found.table_version().unwrap_or(sql::SCHEMA_VERSION),
+            source: e,
+        })
+    };
+    let upgrading = found
+        .table_version()
+        .is_some_and(|v| v < sql::SCHEMA_VERSION);
+    let ddl = |e| {
+        if upgrading {
+            upgrade_error(e)
+        } else {
+            open_error(e)
+        }
+    };
+    if !found.schema {
+        tx.batch_execute(&sql::create_schema(schema))
+            .await
+            .map_err(ddl)?;
+    }
+    if found.tables.is_none() {
+        tx.batch_execute(&sql::create_tables_table(schema))
+            .await
+            .map_err(ddl)?;
+    }
+    if found.days.is_none() {
+        tx.batch_execute(&sql::create_days_table(schema))
+            .await
+            .map_err(ddl)?;
+    }
+    match found.table_version() {
+        // A table made by someone else in the current shape: registered.
+        None if found.table.is_some() => {}
+        None => {
+            tx.batch_execute(&sql::create_table(schema, name))
+                .await
+                .map_err(open_error)?;
+            // Watermarks left by a dropped table of the same name would
+            // delete the new table's rows.
+            tx.execute(&sql::forget_days(schema), &[&name])
+                .await
+                .map_err(open_error)?;
+        }
+        Some(version) => {
+            // One step per version, so the next one adds an arm.
+            for step in version..sql::SCHEMA_VERSION {
+                match step {
+                    1 => tx
+                        .batch_execute(&sql::upgrade_1_to_2(schema, name))
+                        .await
+                        .map_err(upgrade_error)?,
+                    _ => unreachable!("no schema version {step}"),
+                }
+            }
+        }
+    }
+    if !found.table.as_ref().is_some_and(|t| t.event_date_index) {
+        tx.batch_execute(&sql::create_index(schema, name))
+            .await
+            .map_err(ddl)?;
+    }
+    if found.version != Some(sql::SCHEMA_VERSION) {
+        tx.execute(&sql::register(schema), &[&name, &sql::SCHEMA_VERSION])
+            .await
+            .map_err(ddl)?;
+    }
+    Ok(())
+}
+
+/// Why upgrading a table failed.
+#[derive(Debug)]
+struct Upgrade {
+    table: String,
+    from: i32,
+    source: tokio_postgres::Error,
+}
+
+impl fmt::Display for Upgrade {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "table {} is at schema version {} and upgrading it in place to version {} failed; \
+             open it once with a role that may run DDL on it (its owner) on a writable server",
+            self.table,
+            self.from,
+            sql::SCHEMA_VERSION
+        )
+    }
+}
+
+impl std::error::Error for Upgrade {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
     }
 }
 
@@ -300,6 +437,36 @@ fn missing(schema: &str, table: &str, found: &Found) -> String {
         format!("schema \"{schema}\" does not exist, {why}")
     } else if found.table.is_none() {
         format!("table {t} does not exist, {why}")
+    } else if let Some(version) = found.table_version().filter(|v| *v < sql::SCHEMA_VERSION) {
+        format!(
+            "table {t} is at schema version {version} and must be upgraded in place to version {}, \
+             which this store may not do (create_if_missing(false)); open it once with a role \
+             that may run DDL on it (its owner) and create_if_missing(true)",
+            sql::SCHEMA_VERSION
+        )
+    } else if found.tables.is_none() || found.days.is_none() {
+        let which = if found.tables.is_none() {
+            sql::TABLES_TABLE
+        } else {
+            sql::DAYS_TABLE
+        };
+        format!(
+            "table {} does not exist, {why}; create it with `{}`",
+            sql::qualified(schema, which),
+            if found.tables.is_none() {
+                sql::create_tables_table(schema)
+            } else {
+                sql::create_days_table(schema)
+            }
+        )
+    } else if found.version.is_none() {
+        format!(
+            "table {t} has no schema version in {}, {why}; record it with \
+             `INSERT INTO {} (records_table, schema_version) VALUES ('{table}', {})`",
+            sql::qualified(schema, sql::TABLES_TABLE),
+            sql::qualified(schema, sql::TABLES_TABLE),
+            sql::SCHEMA_VERSION
+        )
     } else {
         format!(
             "table {t} has no index on (event_date), {why}; create one with `{}`",

@@ -1,32 +1,100 @@
 //! A Postgres [`Store`](backfill_core::Store) for backfill, on tokio-postgres
 //! with a deadpool-postgres pool.
 //!
+//! # The write path
+//!
 //! Each day's batch is one transaction. Records travel as arrays (one
 //! statement per chunk of rows, through `UNNEST`, never a round trip per
-//! row), and one statement per chunk:
+//! row), and the transaction:
 //!
-//! 1. joins the chunk against the table and drops the rows that are
-//!    identical or older than what is stored (an anti-join, so unchanged rows
-//!    are not even locked: a re-run writes no row version and no WAL);
-//! 2. writes the rest with `INSERT … ON CONFLICT (key) DO UPDATE … WHERE
-//!    (incoming) > (stored)`, in key order, so concurrent writers never
-//!    deadlock and a row committed meanwhile by another writer is still only
-//!    overwritten by a newer version.
+//! 1. takes a transaction-scoped advisory lock per day whose listing
+//!    watermark it reads or raises, in date order: shared for the days of
+//!    the batch's live records, exclusive for a listing's own day (so a
+//!    listing and a batch writing live rows of its day serialize, and no
+//!    two batches wait for each other crosswise). Advisory locks write
+//!    nothing, so a re-run still writes no WAL;
+//! 2. merges each chunk in one statement that joins it against the table
+//!    and against the day's watermark in `backfill_days`, classifies each
+//!    record by its own version against the stored one (unchanged and older
+//!    rows are not even locked: a re-run writes no row version and no WAL),
+//!    and writes the rest with `INSERT … ON CONFLICT (key) DO UPDATE`, in
+//!    key order, so concurrent writers never deadlock. A live record at or
+//!    before the watermark of its `event_date` is written as its own
+//!    tombstone. A row another writer committed after the statement's
+//!    snapshot is never overwritten blindly: it is merged again, judged by
+//!    the version order like any other;
+//! 3. for a listing ([`Mode::Replace`](backfill_core::Mode::Replace)),
+//!    turns the day's live rows it lacks (not newer than its `as_of`) into
+//!    their own tombstones with one set-based `UPDATE` per range of the
+//!    listing's keys, in key order, asks the
+//!    [`ReplaceGuard`](backfill_core::ReplaceGuard) (rolling everything back
+//!    if it refuses), and raises the day's watermark, writing nothing when
+//!    it is already as high.
+//!
+//! Nothing is physically deleted but by
+//! [`purge_tombstones`](backfill_core::Store::purge_tombstones), a
+//! maintenance call: purge only tombstones older than the longest delay
+//! with which your upstream may re-deliver an old version, or that version
+//! comes back to life.
 //!
 //! A chunk is bounded by rows ([`DEFAULT_CHUNK_ROWS`]) and by bytes
 //! ([`DEFAULT_CHUNK_BYTES`]): Postgres refuses any protocol message over
 //! 1 GiB, so a day of large values is sent in several statements of the
-//! same transaction, and a single value over [`MAX_VALUE_BYTES`] is refused
-//! before anything is sent.
+//! same transaction, a listing's keys in ranges of at most the same number
+//! of bytes, and a single value over [`MAX_VALUE_BYTES`] is refused before
+//! anything is sent.
 //!
 //! Text is compared `COLLATE "C"` (by bytes), so ties are decided exactly as
-//! in Rust and SQLite.
+//! in Rust and SQLite. Reads return live rows only;
+//! [`rows_with_tombstones`](backfill_core::Store::rows_with_tombstones)
+//! shows the tombstones too.
 //!
-//! Opening a store creates only what is missing (schema, table, index),
-//! and checks that an existing table is exactly the one the store would
-//! have created (see [`TableMismatch`]). A role with only `SELECT`,
-//! `INSERT`, `UPDATE` and `DELETE` on an existing table can open it; so can
-//! a read-only replica, to read.
+//! # Tables
+//!
+//! A store keeps its records in one table, and shares two metadata tables
+//! with every other store of the same schema: `backfill_tables` (each
+//! records table's schema version) and `backfill_days` (per records table
+//! and day, the listing watermark). Neither name may be used as a records
+//! table. This release creates schema version 2:
+//!
+//! ```text
+//! CREATE TABLE "schema"."table" (
+//!     key        text COLLATE "C" PRIMARY KEY CHECK (octet_length(key) BETWEEN 1 AND 512),
+//!     event_date date NOT NULL CHECK (event_date BETWEEN '0001-01-01' AND '9999-12-31'),
+//!     value      text COLLATE "C" NOT NULL,
+//!     updated_at timestamptz NOT NULL
+//!         CHECK (updated_at >= '0001-01-01 00:00:00+00' AND updated_at < '10000-01-01 00:00:00+00'),
+//!     deleted    boolean NOT NULL DEFAULT false,
+//!     CHECK (NOT deleted OR value = '')
+//! );
+//! CREATE INDEX ON "schema"."table" (event_date);
+//! CREATE TABLE "schema".backfill_tables (
+//!     records_table  text COLLATE "C" PRIMARY KEY,
+//!     schema_version integer NOT NULL
+//! );
+//! CREATE TABLE "schema".backfill_days (
+//!     records_table     text COLLATE "C" NOT NULL,
+//!     day               date NOT NULL,
+//!     listing_watermark timestamptz NULL,
+//!     PRIMARY KEY (records_table, day)
+//! );
+//! INSERT INTO "schema".backfill_tables VALUES ('table', 2);
+//! ```
+//!
+//! Opening a store creates only what is missing, and checks that every
+//! table that exists is exactly the one the store would have created (see
+//! [`TableMismatch`]). A records table of schema version 1 (the release
+//! before tombstones: no `deleted` column, no version row) is upgraded in
+//! place by the first open that may run DDL, under the same lock and in the
+//! same transaction as creation: the column is appended (no rewrite), every
+//! row is kept, live. A version newer than this release's is refused.
+//!
+//! A role with only `SELECT`, `INSERT`, `UPDATE` and `DELETE` on an
+//! existing records table of the current version and on the schema's
+//! `backfill_tables` and `backfill_days` can open it, read and write; so can
+//! a read-only replica, to read. Neither can upgrade a version-1 table: the
+//! open says so, and one open with DDL rights (the table's owner) must run
+//! first.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill_core::Result<()> {

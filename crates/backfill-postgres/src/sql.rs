@@ -9,7 +9,19 @@
 use backfill_core::{MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
 
 /// The table's columns, in order, as every statement lists them.
-pub(crate) const COLUMNS: &str = "key, event_date, value, updated_at";
+pub(crate) const COLUMNS: &str = "key, event_date, value, updated_at, deleted";
+
+/// The schema version this release creates and writes: 2 = tombstones (the
+/// `deleted` column) and the shared metadata tables. Version 1 is the
+/// records table alone, without `deleted`.
+pub(crate) const SCHEMA_VERSION: i32 = 2;
+
+/// The shared table, one per schema, that records each records table's
+/// schema version.
+pub(crate) const TABLES_TABLE: &str = "backfill_tables";
+/// The shared table, one per schema, that keeps each records table's days
+/// (the listing watermark; the day ledger next).
+pub(crate) const DAYS_TABLE: &str = "backfill_days";
 
 /// `"schema"."table"`.
 pub(crate) fn qualified(schema: &str, table: &str) -> String {
@@ -35,14 +47,21 @@ pub(crate) fn checks() -> [(&'static str, String); 3] {
     ]
 }
 
+/// A tombstone's value is empty: the table-level CHECK that comes with the
+/// `deleted` column.
+pub(crate) const TOMBSTONE_CHECK: &str = "NOT deleted OR value = ''";
+
 /// Creates the schema. Run only when the catalog shows it missing: even
 /// `IF NOT EXISTS` needs `CREATE` on the database.
 pub(crate) fn create_schema(schema: &str) -> String {
     format!(r#"CREATE SCHEMA IF NOT EXISTS "{schema}""#)
 }
 
-/// Creates the table. Text is `COLLATE "C"` so comparisons and `ORDER BY`
-/// are by bytes; the CHECKs repeat the record rules in the table itself.
+/// Creates the records table at the current schema version. Text is
+/// `COLLATE "C"` so comparisons and `ORDER BY` are by bytes; the CHECKs
+/// repeat the record rules in the table itself. `deleted` comes last, so a
+/// table created here and one upgraded from version 1 (where `ADD COLUMN`
+/// appends it) look the same.
 pub(crate) fn create_table(schema: &str, table: &str) -> String {
     let [(_, key), (_, event_date), (_, updated_at)] = checks();
     format!(
@@ -50,9 +69,75 @@ pub(crate) fn create_table(schema: &str, table: &str) -> String {
     key        text COLLATE "C" PRIMARY KEY CHECK ({key}),
     event_date date NOT NULL CHECK ({event_date}),
     value      text COLLATE "C" NOT NULL,
-    updated_at timestamptz NOT NULL CHECK ({updated_at})
+    updated_at timestamptz NOT NULL CHECK ({updated_at}),
+    deleted    boolean NOT NULL DEFAULT false,
+    CHECK ({TOMBSTONE_CHECK})
 )"#,
         t = qualified(schema, table)
+    )
+}
+
+/// The step from schema version 1 (the release before tombstones) to 2:
+/// the `deleted` column, appended. Every existing row stays, live. Adding
+/// a column with a constant default rewrites nothing; the CHECK is
+/// validated with one scan.
+pub(crate) fn upgrade_1_to_2(schema: &str, table: &str) -> String {
+    format!(
+        "ALTER TABLE {} ADD COLUMN deleted boolean NOT NULL DEFAULT false, ADD CHECK ({TOMBSTONE_CHECK})",
+        qualified(schema, table)
+    )
+}
+
+/// Creates the schema's table of records tables and their schema versions.
+pub(crate) fn create_tables_table(schema: &str) -> String {
+    format!(
+        r#"CREATE TABLE IF NOT EXISTS {} (
+    records_table  text COLLATE "C" PRIMARY KEY,
+    schema_version integer NOT NULL
+)"#,
+        qualified(schema, TABLES_TABLE)
+    )
+}
+
+/// Creates the schema's table of days: per records table and day, the
+/// listing watermark (the latest `as_of` of a listing applied for it).
+pub(crate) fn create_days_table(schema: &str) -> String {
+    format!(
+        r#"CREATE TABLE IF NOT EXISTS {} (
+    records_table     text COLLATE "C" NOT NULL,
+    day               date NOT NULL,
+    listing_watermark timestamptz NULL,
+    PRIMARY KEY (records_table, day)
+)"#,
+        qualified(schema, DAYS_TABLE)
+    )
+}
+
+/// Records the schema version of table `$1` as `$2`.
+pub(crate) fn register(schema: &str) -> String {
+    format!(
+        "INSERT INTO {} (records_table, schema_version) VALUES ($1, $2) \
+         ON CONFLICT (records_table) DO UPDATE SET schema_version = EXCLUDED.schema_version",
+        qualified(schema, TABLES_TABLE)
+    )
+}
+
+/// Removes the day rows of records table `$1`: run when that table is
+/// created, so that a dropped table's watermarks never apply to a new one.
+pub(crate) fn forget_days(schema: &str) -> String {
+    format!(
+        "DELETE FROM {} WHERE records_table = $1",
+        qualified(schema, DAYS_TABLE)
+    )
+}
+
+/// The schema version recorded for table `$1` (NULL if none), and the
+/// newest recorded for any table of the schema.
+pub(crate) fn versions(schema: &str) -> String {
+    let t = qualified(schema, TABLES_TABLE);
+    format!(
+        "SELECT (SELECT schema_version FROM {t} WHERE records_table = $1), \
+                (SELECT max(schema_version) FROM {t})"
     )
 }
 
@@ -69,8 +154,10 @@ pub(crate) fn create_index(schema: &str, table: &str) -> String {
 pub(crate) const DEPARSE_SETTINGS: &str =
     "SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, YMD'";
 
-/// Serialises concurrent first opens of one table: `$1` is
-/// `backfill:<schema>.<table>`. Taken only when something must be created.
+/// Serialises opens that create or upgrade something in one schema: `$1`
+/// is `backfill:<schema>`. Schema-wide, because the metadata tables are
+/// shared by every records table of the schema. Taken only when something
+/// must be created or upgraded.
 pub(crate) const CREATE_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
 
 /// Whether schema `$1` exists.
@@ -126,98 +213,187 @@ SELECT EXISTS (
 pub(crate) struct Statements {
     pub(crate) schema: String,
     pub(crate) table: String,
-    /// One key: `$1` key.
+    /// One live key: `$1` key.
     pub(crate) get: String,
-    /// Every row, in key order.
+    /// Every live row, in key order.
     pub(crate) all: String,
-    /// One day's rows, in key order: `$1` day.
+    /// One day's live rows, in key order: `$1` day.
     pub(crate) day: String,
-    /// The stored versions of some keys: `$1` keys.
-    pub(crate) versions: String,
-    /// The one write: a chunk as four arrays `$1`–`$4`; returns the counts
+    /// Every row, tombstones included, in key order.
+    pub(crate) with_tombstones: String,
+    /// The advisory locks of some days, in date order: `$1` the days,
+    /// `$2` whether each is locked exclusively (else shared).
+    pub(crate) lock_days: String,
+    /// The one write: a chunk as five arrays `$1`–`$5`; returns the counts
     /// and the keys a concurrent writer raced past.
     pub(crate) merge: String,
-    /// Replace mode: delete the rows of day `$1` whose key is not in `$2`.
-    pub(crate) delete_missing: String,
+    /// The live rows of day `$1`.
+    pub(crate) live: String,
+    /// A listing: the live rows of day `$1` not newer than `$2` whose key
+    /// is in `[$3, $4)` (NULL: unbounded) but not in `$5` become their own
+    /// tombstones.
+    pub(crate) unlist: String,
+    /// A listing: raises the watermark of day `$1` to `$2`.
+    pub(crate) raise_watermark: String,
+    /// Removes the tombstones older than `$1`.
+    pub(crate) purge: String,
 }
 
 impl Statements {
     pub(crate) fn new(schema: &str, table: &str) -> Self {
         let t = qualified(schema, table);
+        let days = qualified(schema, DAYS_TABLE);
         let cols = COLUMNS;
+        // The table's name as `backfill_days` keys it: a literal, since the
+        // name passed check_identifier (lowercase letters, digits, `_`).
+        let name = format!("'{table}'");
+        // Day locks are keyed by schema, table and day. `to_char` rather
+        // than `::text`: the key must not depend on a session's DateStyle.
+        let lock_key = format!(
+            "hashtextextended('backfill:{schema}.{table}:' || to_char(d.day::timestamp, 'YYYY-MM-DD'), 0)"
+        );
         Self {
             schema: schema.to_owned(),
             table: table.to_owned(),
-            get: format!("SELECT {cols} FROM {t} WHERE key = $1"),
-            all: format!("SELECT {cols} FROM {t} ORDER BY key"),
-            day: format!("SELECT {cols} FROM {t} WHERE event_date = $1 ORDER BY key"),
-            versions: format!("SELECT {cols} FROM {t} WHERE key = ANY($1::text[]) ORDER BY key"),
-            // The one write, set-based. `classified` sees the table as of the
-            // statement's snapshot; only rows absent or older there go to the
-            // upsert, whose own WHERE re-checks against the latest committed
-            // version (READ COMMITTED re-evaluates it on conflict).
+            get: format!("SELECT {cols} FROM {t} WHERE key = $1 AND NOT deleted"),
+            all: format!("SELECT {cols} FROM {t} WHERE NOT deleted ORDER BY key"),
+            day: format!(
+                "SELECT {cols} FROM {t} WHERE event_date = $1 AND NOT deleted ORDER BY key"
+            ),
+            with_tombstones: format!("SELECT {cols} FROM {t} ORDER BY key"),
+            // OFFSET 0 keeps the ordered list a subquery of its own, so
+            // the locks are taken row by row in date order (two batches
+            // never wait for each other's days crosswise).
+            lock_days: format!(
+                r#"
+SELECT CASE WHEN d.exclusive THEN pg_advisory_xact_lock({lock_key})
+            ELSE pg_advisory_xact_lock_shared({lock_key}) END
+FROM (SELECT * FROM unnest($1::date[], $2::bool[]) AS u(day, exclusive)
+      ORDER BY day OFFSET 0) AS d"#
+            ),
+            // The one write, set-based. `classified` sees the table as of
+            // the statement's snapshot and decides each record by its
+            // ORIGINAL version; only rows absent or older there go to the
+            // upsert. A live record at or before its day's listing
+            // watermark is written as its own tombstone (`buried`). The
+            // upsert overwrites a row only if it is still the very version
+            // classified (same key and xmin: nothing committed over it
+            // since the snapshot), so `was_live` and the decision are
+            // exact; any other row it meets was committed meanwhile by
+            // another writer, is left alone (but locked), and is returned
+            // in `raced` to be merged again by the caller.
             merge: format!(
                 r#"
 WITH incoming AS (
-    SELECT * FROM unnest($1::text[], $2::date[], $3::text[], $4::timestamptz[])
-        AS i(key, event_date, value, updated_at)
+    SELECT i.key COLLATE "C" AS key, i.event_date, i.value COLLATE "C" AS value,
+           i.updated_at, i.deleted
+    FROM unnest($1::text[], $2::date[], $3::text[], $4::timestamptz[], $5::bool[])
+        AS i(key, event_date, value, updated_at, deleted)
 ), classified AS (
-    SELECT i.key, i.event_date, i.value, i.updated_at,
+    SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted,
+           s.xmin::text AS seen,
+           coalesce(NOT s.deleted, false) AS was_live,
            CASE
                WHEN s.key IS NULL THEN 'w'
-               WHEN (i.updated_at, i.value COLLATE "C", i.event_date)
-                  > (s.updated_at, s.value, s.event_date) THEN 'w'
-               WHEN (i.updated_at, i.value COLLATE "C", i.event_date)
-                  = (s.updated_at, s.value, s.event_date) THEN 'n'
+               WHEN (i.updated_at, i.deleted, i.value, i.event_date)
+                  > (s.updated_at, s.deleted, s.value, s.event_date) THEN 'w'
+               WHEN (i.updated_at, i.deleted, i.value, i.event_date)
+                  = (s.updated_at, s.deleted, s.value, s.event_date) THEN 'n'
                ELSE 's'
-           END AS action
+           END AS action,
+           coalesce(NOT i.deleted AND i.updated_at <= w.listing_watermark, false) AS buried
     -- One primary-key probe per incoming row, whatever the table's size
     -- or statistics: OFFSET 0 keeps the planner from turning the lookup
     -- into a hash join that scans the whole table for every chunk.
-    FROM incoming i LEFT JOIN LATERAL (
-        SELECT * FROM {t} WHERE {t}.key = i.key COLLATE "C" OFFSET 0
+    FROM incoming i
+    LEFT JOIN LATERAL (
+        SELECT r.*, r.xmin FROM {t} r WHERE r.key = i.key OFFSET 0
     ) s ON true
+    LEFT JOIN {days} w ON w.records_table = {name} AND w.day = i.event_date
 ), written AS (
     INSERT INTO {t} AS s ({cols})
-    SELECT key, event_date, value, updated_at FROM classified
+    SELECT key, event_date, CASE WHEN buried THEN '' ELSE value END, updated_at,
+           deleted OR buried
+    FROM classified
     WHERE action = 'w'
-    ORDER BY key COLLATE "C"
+    ORDER BY key
     ON CONFLICT (key) DO UPDATE SET
         event_date = EXCLUDED.event_date,
         value = EXCLUDED.value,
-        updated_at = EXCLUDED.updated_at
-    WHERE (EXCLUDED.updated_at, EXCLUDED.value, EXCLUDED.event_date)
-        > (s.updated_at, s.value, s.event_date)
-    RETURNING s.key, (s.xmax = 0) AS fresh
+        updated_at = EXCLUDED.updated_at,
+        deleted = EXCLUDED.deleted
+    -- A hashed subplan: one probe per conflicting row.
+    WHERE (s.key, s.xmin::text) IN (
+        SELECT key, seen FROM classified WHERE action = 'w' AND seen IS NOT NULL)
+    RETURNING s.key, s.deleted, (s.xmax = 0) AS fresh
+), outcome AS (
+    -- Live before: as classified, unless the row was gone when inserted.
+    SELECT count(*) FILTER (WHERE NOT w.deleted AND NOT (c.was_live AND NOT w.fresh)) AS inserted,
+           count(*) FILTER (WHERE NOT w.deleted AND c.was_live AND NOT w.fresh) AS updated,
+           count(*) FILTER (WHERE w.deleted) AS deleted,
+           count(*) AS written
+    FROM written w JOIN classified c ON c.key = w.key
 )
 SELECT
-    (SELECT count(*) FROM written WHERE fresh) AS inserted,
-    (SELECT count(*) FROM written WHERE NOT fresh) AS updated,
+    o.inserted, o.updated, o.deleted,
     (SELECT count(*) FROM classified WHERE action = 'n') AS unchanged,
     (SELECT count(*) FROM classified WHERE action = 's') AS stale,
-    -- Rows meant to be written that the upsert's WHERE skipped, because a
-    -- concurrent writer committed a version at least as new: normally none,
+    -- Rows meant to be written that the upsert left alone: normally none,
     -- and then not even looked for. EXCEPT hashes or sorts; it can never
     -- become a nested loop over the chunk.
-    CASE WHEN (SELECT count(*) FROM classified WHERE action = 'w')
-           <> (SELECT count(*) FROM written)
+    CASE WHEN (SELECT count(*) FROM classified WHERE action = 'w') <> o.written
     THEN (SELECT array_agg(key) FROM (
-              SELECT key COLLATE "C" AS key FROM classified WHERE action = 'w'
+              SELECT key FROM classified WHERE action = 'w'
               EXCEPT ALL
               SELECT key FROM written) AS skipped)
     END AS raced
+FROM outcome o
 "#
             ),
-            // Lock the doomed rows in key order first, like the upsert.
-            delete_missing: format!(
+            live: format!("SELECT count(*) FROM {t} WHERE event_date = $1 AND NOT deleted"),
+            // Lock the doomed rows in key order first, like the upsert; a
+            // row another writer changed meanwhile is judged again (READ
+            // COMMITTED re-checks the WHERE on its newest version).
+            unlist: format!(
                 r#"
-DELETE FROM {t} WHERE key IN (
-    SELECT s.key FROM {t} s
-    WHERE s.event_date = $1
-      AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) AS k(key) WHERE k.key COLLATE "C" = s.key)
-    ORDER BY s.key
+WITH doomed AS (
+    SELECT r.key FROM {t} r
+    WHERE r.event_date = $1 AND NOT r.deleted AND r.updated_at <= $2
+      AND ($3::text IS NULL OR r.key >= $3::text)
+      AND ($4::text IS NULL OR r.key < $4::text)
+      AND NOT EXISTS (
+          SELECT 1 FROM unnest($5::text[]) AS k(key) WHERE k.key COLLATE "C" = r.key)
+    ORDER BY r.key
     FOR UPDATE
-)"#
+)
+UPDATE {t} AS s SET value = '', deleted = true
+FROM doomed d
+WHERE s.key = d.key AND s.event_date = $1 AND NOT s.deleted AND s.updated_at <= $2"#
+            ),
+            // No write when the watermark is already at least `$2`: not
+            // even the row lock an ON CONFLICT DO UPDATE takes when its
+            // WHERE is false. The day's exclusive lock is held, so the
+            // snapshot is the truth.
+            raise_watermark: format!(
+                r#"
+INSERT INTO {days} AS w (records_table, day, listing_watermark)
+SELECT {name}, $1::date, $2::timestamptz
+WHERE NOT EXISTS (
+    SELECT 1 FROM {days} o
+    WHERE o.records_table = {name} AND o.day = $1::date AND o.listing_watermark >= $2::timestamptz)
+ON CONFLICT (records_table, day) DO UPDATE SET listing_watermark = EXCLUDED.listing_watermark
+WHERE w.listing_watermark IS NULL OR w.listing_watermark < EXCLUDED.listing_watermark"#
+            ),
+            purge: format!(
+                r#"
+WITH doomed AS (
+    SELECT r.key FROM {t} r
+    WHERE r.deleted AND r.updated_at < $1
+    ORDER BY r.key
+    FOR UPDATE
+)
+DELETE FROM {t} AS s USING doomed d
+WHERE s.key = d.key AND s.deleted AND s.updated_at < $1"#
             ),
         }
     }
@@ -236,6 +412,13 @@ mod tests {
             "updated_at >= '0001-01-01 00:00:00+00' AND updated_at < '10000-01-01 00:00:00+00'"
         ));
         assert!(ddl.contains(r#""s"."t""#));
+        // `deleted` is the last column, as an upgrade from version 1 appends it.
+        let columns = ddl.rsplit_once("updated_at timestamptz").unwrap().1;
+        assert!(columns.contains("deleted    boolean NOT NULL DEFAULT false"));
+        assert!(ddl.contains("CHECK (NOT deleted OR value = '')"));
+        assert!(
+            upgrade_1_to_2("s", "t").contains("ADD COLUMN deleted boolean NOT NULL DEFAULT false")
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use backfill_core::{Batch, Counts, Error, Field, Mode, Problem, Record, Result, Store};
+use backfill_core::{Batch, Counts, Error, Field, Problem, Record, Result, Store};
 use chrono::{DateTime, NaiveDate, Utc};
 use deadpool_postgres::Pool;
 use tokio_postgres::Row;
@@ -99,67 +99,160 @@ impl Store for PostgresStore {
         self.read(&self.sql.day, &[&day]).await
     }
 
+    async fn rows_with_tombstones(&self) -> Result<Vec<Record>> {
+        self.read(&self.sql.with_tombstones, &[]).await
+    }
+
     async fn apply(&self, batch: &Batch) -> Result<Counts> {
         // Before a connection is even taken: nothing of the batch is sent.
         check_value_sizes(batch.records())?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_error)?;
+
+        // 1. The days whose watermark this batch reads (shared) or raises
+        // (exclusive), in date order, before any watermark is read.
+        let (days, exclusive) = days_to_lock(batch);
+        if !days.is_empty() {
+            let lock = tx
+                .prepare_cached(&self.sql.lock_days)
+                .await
+                .map_err(pg_error)?;
+            tx.execute(&lock, &[&days, &exclusive])
+                .await
+                .map_err(pg_error)?;
+        }
+
+        // 2. Merge, chunk by chunk. Chunks follow the batch's key order, so
+        // row locks are taken in key order across the whole transaction.
         let merge = tx.prepare_cached(&self.sql.merge).await.map_err(pg_error)?;
         let mut counts = Counts::default();
-        // Chunks follow the batch's key order, so locks are taken in key
-        // order across the whole transaction.
         for chunk in Chunks::new(batch.records(), self.chunk_rows, self.chunk_bytes) {
-            let keys: Vec<&str> = chunk.iter().map(Record::key).collect();
-            let dates: Vec<NaiveDate> = chunk.iter().map(Record::event_date).collect();
-            let values: Vec<&str> = chunk.iter().map(Record::value).collect();
-            let instants: Vec<DateTime<Utc>> = chunk.iter().map(Record::updated_at).collect();
-            let row = tx
-                .query_one(&merge, &[&keys, &dates, &values, &instants])
-                .await
-                .map_err(pg_error)?;
-            let inserted: i64 = row.get("inserted");
-            let updated: i64 = row.get("updated");
-            let unchanged: i64 = row.get("unchanged");
-            let stale: i64 = row.get("stale");
-            let raced: Option<Vec<String>> = row.get("raced");
-            counts.inserted += inserted as u64;
-            counts.updated += updated as u64;
-            counts.unchanged += unchanged as u64;
-            counts.stale += stale as u64;
-            if let Some(raced) = raced.filter(|keys| !keys.is_empty()) {
-                // Rows our snapshot saw as absent or older, but that another
-                // writer committed first with a version at least as new: the
-                // upsert's WHERE left them alone. Classify them against what
-                // is stored now, for the counts only.
-                let stored = tx
-                    .query(&self.sql.versions, &[&raced])
-                    .await
-                    .map_err(pg_error)?;
-                for row in &stored {
-                    let stored = into_record(row)?;
-                    let incoming = chunk
-                        .binary_search_by(|r| r.key().cmp(stored.key()))
-                        .map(|i| &chunk[i])
-                        .map_err(|_| Error::backend(BACKEND, false, "raced key not in batch"))?;
-                    if incoming == &stored {
-                        counts.unchanged += 1;
-                    } else {
-                        counts.stale += 1;
-                    }
+            let mut pending: Vec<&Record> = chunk.iter().collect();
+            let mut passes = 0;
+            while !pending.is_empty() {
+                passes += 1;
+                if passes > MAX_MERGE_PASSES {
+                    return Err(Error::backend(
+                        BACKEND,
+                        true,
+                        format!(
+                            "{} rows kept changing under {MAX_MERGE_PASSES} merges",
+                            pending.len()
+                        ),
+                    ));
                 }
+                let raced = merge_chunk(&tx, &merge, &pending, &mut counts).await?;
+                // Rows another writer committed after this statement's
+                // snapshot: the upsert locked them and left them alone, so
+                // merging them again sees them as they now are, for good.
+                pending = raced
+                    .iter()
+                    .map(|key| {
+                        chunk
+                            .binary_search_by(|r| r.key().cmp(key.as_str()))
+                            .map(|i| &chunk[i])
+                            .map_err(|_| Error::backend(BACKEND, false, "raced key not in batch"))
+                    })
+                    .collect::<Result<_>>()?;
             }
         }
-        if batch.mode() == Mode::Replace {
-            let keys: Vec<&str> = batch.records().iter().map(Record::key).collect();
-            let deleted = tx
-                .execute(&self.sql.delete_missing, &[&batch.day(), &keys])
+
+        if let Some(as_of) = batch.as_of() {
+            // 3. The listing: the day's live rows it lacks become their own
+            // tombstones, asked of the guard first.
+            let live: i64 = tx
+                .query_one(&self.sql.live, &[&batch.day()])
+                .await
+                .map_err(pg_error)?
+                .get(0);
+            let unlist = tx
+                .prepare_cached(&self.sql.unlist)
                 .await
                 .map_err(pg_error)?;
-            counts.deleted = deleted;
+            let mut unlisted = 0;
+            for range in KeyRanges::new(batch.records(), self.chunk_bytes) {
+                unlisted += tx
+                    .execute(
+                        &unlist,
+                        &[&batch.day(), &as_of, &range.from, &range.to, &range.keys],
+                    )
+                    .await
+                    .map_err(pg_error)?;
+            }
+            if let Err(refused) = batch.check_replace(unlisted, live as u64) {
+                tx.rollback().await.map_err(pg_error)?;
+                return Err(refused);
+            }
+            counts.deleted += unlisted;
+            counts.unlisted = unlisted;
+            // 4. The day's watermark rises to `as_of`, if lower.
+            tx.execute(&self.sql.raise_watermark, &[&batch.day(), &as_of])
+                .await
+                .map_err(pg_error)?;
         }
         tx.commit().await.map_err(pg_error)?;
         Ok(counts)
     }
+
+    async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {
+        let client = self.client().await?;
+        client
+            .execute(&self.sql.purge, &[&before])
+            .await
+            .map_err(pg_error)
+    }
+}
+
+/// How many times a chunk's raced rows are merged again before giving up.
+/// The second pass cannot race (the first locked every raced row); more
+/// are only a guard against a bug looping forever.
+const MAX_MERGE_PASSES: u32 = 4;
+
+/// Runs the merge statement on `records` (sorted by key), adds its counts
+/// and returns the keys a concurrent writer raced past.
+async fn merge_chunk(
+    tx: &deadpool_postgres::Transaction<'_>,
+    merge: &tokio_postgres::Statement,
+    records: &[&Record],
+    counts: &mut Counts,
+) -> Result<Vec<String>> {
+    let keys: Vec<&str> = records.iter().map(|r| r.key()).collect();
+    let dates: Vec<NaiveDate> = records.iter().map(|r| r.event_date()).collect();
+    let values: Vec<&str> = records.iter().map(|r| r.value()).collect();
+    let instants: Vec<DateTime<Utc>> = records.iter().map(|r| r.updated_at()).collect();
+    let deleted: Vec<bool> = records.iter().map(|r| r.is_deleted()).collect();
+    let row = tx
+        .query_one(merge, &[&keys, &dates, &values, &instants, &deleted])
+        .await
+        .map_err(pg_error)?;
+    let count = |name: &str| row.get::<_, i64>(name) as u64;
+    counts.inserted += count("inserted");
+    counts.updated += count("updated");
+    counts.deleted += count("deleted");
+    counts.unchanged += count("unchanged");
+    counts.stale += count("stale");
+    let mut raced: Vec<String> = row
+        .get::<_, Option<Vec<String>>>("raced")
+        .unwrap_or_default();
+    raced.sort_unstable();
+    Ok(raced)
+}
+
+/// The days a batch locks, in date order, and whether each is locked
+/// exclusively: the days of its records shared, a listing's own day
+/// exclusively.
+fn days_to_lock(batch: &Batch) -> (Vec<NaiveDate>, Vec<bool>) {
+    let mut days = batch.days();
+    if batch.as_of().is_some() {
+        if let Err(at) = days.binary_search(&batch.day()) {
+            days.insert(at, batch.day());
+        }
+    }
+    let exclusive = days
+        .iter()
+        .map(|d| batch.as_of().is_some() && *d == batch.day())
+        .collect();
+    (days, exclusive)
 }
 
 /// Refuses the first record whose value could never travel in one protocol
@@ -224,12 +317,83 @@ impl<'a> Iterator for Chunks<'a> {
     }
 }
 
+/// What a listing's key costs in a statement beyond its bytes.
+const KEY_OVERHEAD: usize = 16;
+
+/// A listing's keys cut into consecutive ranges, each sent in one statement
+/// of at most `bytes` bytes of keys: `[from, to)` of the key space (`None`:
+/// unbounded) and the listing's keys inside it. The ranges cover the whole
+/// key space, in key order, so that every live row of the day is judged by
+/// exactly one statement, and a day of millions of keys never builds one
+/// message near Postgres' 1 GiB limit.
+#[derive(Debug)]
+struct KeyRanges<'a> {
+    rest: &'a [Record],
+    bytes: usize,
+    started: bool,
+}
+
+/// One range of [`KeyRanges`].
+#[derive(Debug, PartialEq)]
+struct KeyRange<'a> {
+    from: Option<&'a str>,
+    to: Option<&'a str>,
+    keys: Vec<&'a str>,
+}
+
+impl<'a> KeyRanges<'a> {
+    fn new(records: &'a [Record], bytes: usize) -> Self {
+        Self {
+            rest: records,
+            bytes,
+            started: false,
+        }
+    }
+}
+
+impl<'a> Iterator for KeyRanges<'a> {
+    type Item = KeyRange<'a>;
+
+    fn next(&mut self) -> Option<KeyRange<'a>> {
+        if self.started && self.rest.is_empty() {
+            return None;
+        }
+        let from = match self.started {
+            false => None,
+            true => self.rest.first().map(Record::key),
+        };
+        self.started = true;
+        let mut size = 0;
+        let mut len = 0;
+        for record in self.rest {
+            size += record.key().len() + KEY_OVERHEAD;
+            if len > 0 && size > self.bytes {
+                break;
+            }
+            len += 1;
+        }
+        let (range, rest) = self.rest.split_at(len);
+        self.rest = rest;
+        Some(KeyRange {
+            from,
+            to: rest.first().map(Record::key),
+            keys: range.iter().map(Record::key).collect(),
+        })
+    }
+}
+
 fn into_record(row: &Row) -> Result<Record> {
     let key: String = row.try_get(0).map_err(pg_error)?;
     let event_date: NaiveDate = row.try_get(1).map_err(pg_error)?;
     let value: String = row.try_get(2).map_err(pg_error)?;
     let updated_at: DateTime<Utc> = row.try_get(3).map_err(pg_error)?;
-    Record::new(key, event_date, value, updated_at)
+    let deleted: bool = row.try_get(4).map_err(pg_error)?;
+    if deleted {
+        // The table's CHECK keeps a tombstone's value empty.
+        Record::tombstone(key, event_date, updated_at)
+    } else {
+        Record::new(key, event_date, value, updated_at)
+    }
 }
 
 #[cfg(test)]
@@ -273,6 +437,37 @@ mod tests {
         assert_eq!(lengths(&r, 100, 2 * cost(100)), [2, 2, 1]);
         assert_eq!(lengths(&r, 100, 2 * cost(100) - 1), [1, 1, 1, 1, 1]);
         assert_eq!(lengths(&r, 2, 10 * cost(100)), [2, 2, 1]);
+    }
+
+    fn ranges(records: &[Record], bytes: usize) -> Vec<(Option<&str>, Option<&str>, usize)> {
+        KeyRanges::new(records, bytes)
+            .map(|r| (r.from, r.to, r.keys.len()))
+            .collect()
+    }
+
+    #[test]
+    fn key_ranges_cover_the_key_space_in_order() {
+        // Keys "0000".."0006": 4 bytes each, 20 with the overhead.
+        let r = records(&[1; 7]);
+        let per_key = 4 + KEY_OVERHEAD;
+        assert_eq!(ranges(&r, 7 * per_key), [(None, None, 7)]);
+        assert_eq!(
+            ranges(&r, 3 * per_key),
+            [
+                (None, Some("0003"), 3),
+                (Some("0003"), Some("0006"), 3),
+                (Some("0006"), None, 1),
+            ]
+        );
+        // A key larger than a range travels alone.
+        assert_eq!(
+            ranges(&r[..2], 1),
+            [(None, Some("0001"), 1), (Some("0001"), None, 1)]
+        );
+        // An empty listing still covers the whole day.
+        assert_eq!(ranges(&[], 100), [(None, None, 0)]);
+        let keys: Vec<&str> = KeyRanges::new(&r, per_key).flat_map(|r| r.keys).collect();
+        assert_eq!(keys, r.iter().map(Record::key).collect::<Vec<_>>());
     }
 
     #[test]

@@ -7,7 +7,10 @@
 //! instants by the session's zone, a nullable or unchecked column lets
 //! through what the record rules forbid. So opening compares the table with
 //! what [`create_table`](crate::sql::create_table) makes, column by column,
-//! and refuses any difference with a [`TableMismatch`].
+//! and refuses any difference with a [`TableMismatch`]. The same goes for
+//! the schema's shared metadata tables, `backfill_tables` and
+//! `backfill_days`, and for a table of schema version 1 about to be
+//! upgraded (it must be exactly what version 1 created).
 
 use std::fmt;
 
@@ -102,21 +105,134 @@ impl fmt::Display for Difference {
     }
 }
 
+/// Which table is compared, and so with what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// A records table of schema version 1 (before tombstones): the shape
+    /// an upgrade starts from.
+    RecordsV1,
+    /// A records table of the current schema version.
+    Records,
+    /// The schema's `backfill_tables`.
+    Tables,
+    /// The schema's `backfill_days`.
+    Days,
+}
+
+/// What a [`Shape`] expects.
+struct Expected {
+    /// `(name, type, collation, NOT NULL)` of each column, in order.
+    columns: Vec<(&'static str, &'static str, Option<&'static str>, bool)>,
+    primary_key: &'static [&'static str],
+    /// `(column, definition)` of each CHECK, as `pg_get_constraintdef`
+    /// shows it under [`sql::DEPARSE_SETTINGS`].
+    checks: Vec<(&'static str, String)>,
+}
+
+const C: Option<&str> = Some(r#"pg_catalog."C""#);
+
+impl Shape {
+    fn expected(self) -> Expected {
+        let v1 = [
+            ("key", "text", C, true),
+            ("event_date", "date", None, true),
+            ("value", "text", C, true),
+            ("updated_at", "timestamp with time zone", None, true),
+        ];
+        match self {
+            Shape::RecordsV1 => Expected {
+                columns: v1.to_vec(),
+                primary_key: &["key"],
+                checks: record_checks().to_vec(),
+            },
+            Shape::Records => {
+                let mut columns = v1.to_vec();
+                columns.push(("deleted", "boolean", None, true));
+                let mut checks = record_checks().to_vec();
+                checks.push((
+                    "deleted",
+                    "CHECK ((NOT deleted) OR (value = ''::text))".to_owned(),
+                ));
+                Expected {
+                    columns,
+                    primary_key: &["key"],
+                    checks,
+                }
+            }
+            Shape::Tables => Expected {
+                columns: vec![
+                    ("records_table", "text", C, true),
+                    ("schema_version", "integer", None, true),
+                ],
+                primary_key: &["records_table"],
+                checks: Vec::new(),
+            },
+            Shape::Days => Expected {
+                columns: vec![
+                    ("records_table", "text", C, true),
+                    ("day", "date", None, true),
+                    ("listing_watermark", "timestamp with time zone", None, false),
+                ],
+                primary_key: &["records_table", "day"],
+                checks: Vec::new(),
+            },
+        }
+    }
+}
+
 /// What the catalog holds under the store's names.
 #[derive(Debug)]
 pub(crate) struct Found {
     pub(crate) schema: bool,
+    /// The records table.
     pub(crate) table: Option<Table>,
+    /// The schema's `backfill_tables`.
+    pub(crate) tables: Option<Table>,
+    /// The schema's `backfill_days`.
+    pub(crate) days: Option<Table>,
+    /// The schema version `backfill_tables` records for the records table
+    /// (read only when `backfill_tables` has the expected shape).
+    pub(crate) version: Option<i32>,
+    /// The newest schema version `backfill_tables` records for any table.
+    pub(crate) newest: Option<i32>,
 }
 
 impl Found {
-    /// Whether nothing needs creating.
+    /// The records table's schema version: what `backfill_tables` says;
+    /// without a row, 1 for a table without `deleted` (the release before
+    /// versions were recorded), else `None` (the current shape, made by
+    /// someone else and not registered yet).
+    pub(crate) fn table_version(&self) -> Option<i32> {
+        let table = self.table.as_ref()?;
+        match self.version {
+            Some(version) => Some(version),
+            None if !table.has_column("deleted") => Some(1),
+            None => None,
+        }
+    }
+
+    /// The shape the records table is checked against.
+    pub(crate) fn table_shape(&self) -> Shape {
+        match self.table.as_ref() {
+            Some(table)
+                if !table.has_column("deleted") && matches!(self.version, None | Some(1)) =>
+            {
+                Shape::RecordsV1
+            }
+            _ => Shape::Records,
+        }
+    }
+
+    /// Whether nothing needs creating, upgrading or registering.
     pub(crate) fn complete(&self) -> bool {
         self.table.as_ref().is_some_and(|t| t.event_date_index)
+            && self.tables.is_some()
+            && self.days.is_some()
+            && self.version == Some(sql::SCHEMA_VERSION)
     }
 }
 
-/// A relation found under the table's name.
+/// A relation found under one of the store's names.
 #[derive(Debug)]
 pub(crate) struct Table {
     kind: String,
@@ -124,6 +240,13 @@ pub(crate) struct Table {
     primary_key: Option<Vec<String>>,
     checks: Vec<(Vec<String>, String)>,
     pub(crate) event_date_index: bool,
+}
+
+impl Table {
+    /// Whether the relation has a column of that name.
+    pub(crate) fn has_column(&self, name: &str) -> bool {
+        self.columns.iter().any(|c| c.name == name)
+    }
 }
 
 #[derive(Debug)]
@@ -134,27 +257,54 @@ struct Column {
     not_null: bool,
 }
 
-/// Reads the schema, the table, its columns, key, checks and index from
-/// the catalog. Runs in a transaction under [`sql::DEPARSE_SETTINGS`].
+/// Reads the schema, the records table (columns, key, checks, index), the
+/// metadata tables and the recorded versions from the catalog. Runs in a
+/// transaction under [`sql::DEPARSE_SETTINGS`].
 pub(crate) async fn inspect(
     client: &impl GenericClient,
     schema: &str,
     table: &str,
 ) -> Result<Found, tokio_postgres::Error> {
     let schema_exists: bool = client.query_one(sql::FIND_SCHEMA, &[&schema]).await?.get(0);
-    let relation = match schema_exists {
-        true => {
-            client
-                .query_opt(sql::FIND_RELATION, &[&schema, &table])
-                .await?
-        }
-        false => None,
+    let mut found = Found {
+        schema: schema_exists,
+        table: None,
+        tables: None,
+        days: None,
+        version: None,
+        newest: None,
     };
-    let Some(relation) = relation else {
-        return Ok(Found {
-            schema: schema_exists,
-            table: None,
-        });
+    if !schema_exists {
+        return Ok(found);
+    }
+    found.table = relation(client, schema, table).await?;
+    found.tables = relation(client, schema, sql::TABLES_TABLE).await?;
+    found.days = relation(client, schema, sql::DAYS_TABLE).await?;
+    // Only a `backfill_tables` of the expected shape is read; another one
+    // is refused by the caller with its differences.
+    if found
+        .tables
+        .as_ref()
+        .is_some_and(|t| differences(t, Shape::Tables).is_empty())
+    {
+        let row = client.query_one(&sql::versions(schema), &[&table]).await?;
+        found.version = row.get(0);
+        found.newest = row.get(1);
+    }
+    Ok(found)
+}
+
+/// The relation `schema.name`, if any, as the catalog describes it.
+async fn relation(
+    client: &impl GenericClient,
+    schema: &str,
+    name: &str,
+) -> Result<Option<Table>, tokio_postgres::Error> {
+    let Some(relation) = client
+        .query_opt(sql::FIND_RELATION, &[&schema, &name])
+        .await?
+    else {
+        return Ok(None);
     };
     let oid: Oid = relation.get(0);
     let kind: String = relation.get(1);
@@ -184,30 +334,18 @@ pub(crate) async fn inspect(
         .query_one(sql::HAS_EVENT_DATE_INDEX, &[&oid])
         .await?
         .get(0);
-    Ok(Found {
-        schema: true,
-        table: Some(Table {
-            kind,
-            columns,
-            primary_key,
-            checks,
-            event_date_index,
-        }),
-    })
+    Ok(Some(Table {
+        kind,
+        columns,
+        primary_key,
+        checks,
+        event_date_index,
+    }))
 }
-
-/// `(name, type, collation)` of each column the store creates, in order;
-/// every one is NOT NULL.
-const EXPECTED_COLUMNS: [(&str, &str, Option<&str>); 4] = [
-    ("key", "text", Some(r#"pg_catalog."C""#)),
-    ("event_date", "date", None),
-    ("value", "text", Some(r#"pg_catalog."C""#)),
-    ("updated_at", "timestamp with time zone", None),
-];
 
 /// The CHECKs of [`sql::checks`] as `pg_get_constraintdef` shows them under
 /// [`sql::DEPARSE_SETTINGS`], per column.
-fn expected_checks() -> [(&'static str, String); 3] {
+fn record_checks() -> [(&'static str, String); 3] {
     [
         (
             "key",
@@ -239,10 +377,11 @@ fn normalize(definition: &str) -> String {
         .collect()
 }
 
-/// Every way `table` differs from what the store creates (empty when it is
-/// the same). The `event_date` index is not compared here: a missing one
-/// is created, or reported, by the caller.
-fn differences(table: &Table) -> Vec<Difference> {
+/// Every way `table` differs from `shape` (empty when it is the same). The
+/// `event_date` index is not compared here: a missing one is created, or
+/// reported, by the caller.
+fn differences(table: &Table, shape: Shape) -> Vec<Difference> {
+    let expected = shape.expected();
     let mut found = Vec::new();
     let mut push = |column: Option<&str>, problem: String| {
         found.push(Difference {
@@ -265,7 +404,7 @@ fn differences(table: &Table) -> Vec<Difference> {
     }
     // Columns whose type is right: their checks are compared too.
     let mut typed = Vec::new();
-    for (name, data_type, collation) in EXPECTED_COLUMNS {
+    for &(name, data_type, collation, not_null) in &expected.columns {
         let Some(column) = table.columns.iter().find(|c| c.name == name) else {
             push(Some(name), format!("missing (expected {data_type})"));
             continue;
@@ -288,12 +427,16 @@ fn differences(table: &Table) -> Vec<Difference> {
                 ),
             );
         }
-        if !column.not_null {
+        if not_null && !column.not_null {
             push(Some(name), "may be NULL, expected NOT NULL".to_owned());
+        }
+        if !not_null && column.not_null {
+            push(Some(name), "NOT NULL, expected nullable".to_owned());
         }
     }
     for column in &table.columns {
-        if !EXPECTED_COLUMNS
+        if !expected
+            .columns
             .iter()
             .any(|(name, ..)| *name == column.name)
         {
@@ -303,23 +446,24 @@ fn differences(table: &Table) -> Vec<Difference> {
             );
         }
     }
+    let wanted = expected.primary_key.join(", ");
     match &table.primary_key {
-        Some(key) if key == &["key"] => {}
+        Some(key) if key == expected.primary_key => {}
         Some(key) => push(
-            Some("key"),
+            Some(expected.primary_key[0]),
             format!(
-                "the primary key is ({}), expected primary key (key)",
+                "the primary key is ({}), expected primary key ({wanted})",
                 key.join(", ")
             ),
         ),
         None => push(
-            Some("key"),
-            "no primary key, expected primary key (key)".to_owned(),
+            Some(expected.primary_key[0]),
+            format!("no primary key, expected primary key ({wanted})"),
         ),
     }
-    let expected = expected_checks();
     for (columns, definition) in &table.checks {
         let known = expected
+            .checks
             .iter()
             .any(|(_, e)| normalize(e) == normalize(definition));
         if !known {
@@ -327,7 +471,7 @@ fn differences(table: &Table) -> Vec<Difference> {
             push(column.as_deref(), format!("unexpected {definition}"));
         }
     }
-    for (column, definition) in &expected {
+    for (column, definition) in &expected.checks {
         let present = table
             .checks
             .iter()
@@ -339,9 +483,15 @@ fn differences(table: &Table) -> Vec<Difference> {
     found
 }
 
-/// `Ok` when `table` is what the store creates, else the mismatch.
-pub(crate) fn verify(schema: &str, name: &str, table: &Table) -> Result<(), TableMismatch> {
-    let differences = differences(table);
+/// `Ok` when `table`, found as `schema.name`, is what `shape` expects,
+/// else the mismatch.
+pub(crate) fn verify(
+    schema: &str,
+    name: &str,
+    table: &Table,
+    shape: Shape,
+) -> Result<(), TableMismatch> {
+    let differences = differences(table, shape);
     if differences.is_empty() {
         Ok(())
     } else {
@@ -356,19 +506,44 @@ pub(crate) fn verify(schema: &str, name: &str, table: &Table) -> Result<(), Tabl
 mod tests {
     use super::*;
 
-    fn created() -> Table {
+    /// A relation as the catalog would show `shape`'s table.
+    fn shaped(shape: Shape) -> Table {
+        let expected = shape.expected();
         Table {
             kind: "r".into(),
-            columns: EXPECTED_COLUMNS
+            columns: expected
+                .columns
                 .iter()
-                .map(|(name, data_type, collation)| Column {
+                .map(|(name, data_type, collation, not_null)| Column {
                     name: (*name).into(),
                     data_type: (*data_type).into(),
                     collation: collation.map(Into::into),
-                    not_null: true,
+                    not_null: *not_null,
                 })
                 .collect(),
-            primary_key: Some(vec!["key".into()]),
+            primary_key: Some(expected.primary_key.iter().map(|c| (*c).into()).collect()),
+            checks: Vec::new(),
+            event_date_index: false,
+        }
+    }
+
+    fn created() -> Table {
+        let mut table = created_v1();
+        table.columns.push(Column {
+            name: "deleted".into(),
+            data_type: "boolean".into(),
+            collation: None,
+            not_null: true,
+        });
+        table.checks.push((
+            vec!["deleted".into(), "value".into()],
+            "CHECK (((NOT deleted) OR (value = ''::text)))".into(),
+        ));
+        table
+    }
+
+    fn created_v1() -> Table {
+        Table {
             // As Postgres 15 shows them, with its extra parentheses.
             checks: vec![
                 (
@@ -385,11 +560,71 @@ mod tests {
                 ),
             ],
             event_date_index: true,
+            ..shaped(Shape::RecordsV1)
         }
     }
 
     fn problems(table: &Table) -> Vec<String> {
-        differences(table).iter().map(ToString::to_string).collect()
+        problems_as(table, Shape::Records)
+    }
+
+    fn problems_as(table: &Table, shape: Shape) -> Vec<String> {
+        differences(table, shape)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn each_version_has_its_shape() {
+        assert_eq!(
+            problems_as(&created_v1(), Shape::RecordsV1),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            problems(&created_v1()),
+            ["column deleted: missing (expected boolean)"]
+        );
+        assert_eq!(
+            problems_as(&created(), Shape::RecordsV1),
+            [
+                "column deleted: unexpected column (boolean)",
+                "column deleted, value: unexpected CHECK (((NOT deleted) OR (value = ''::text)))",
+            ]
+        );
+        let mut t = created();
+        t.checks.pop();
+        assert_eq!(
+            problems(&t),
+            ["column deleted: CHECK ((NOT deleted) OR (value = ''::text)) is missing"]
+        );
+    }
+
+    #[test]
+    fn the_metadata_tables_have_their_shapes() {
+        for shape in [Shape::Tables, Shape::Days] {
+            assert_eq!(problems_as(&shaped(shape), shape), Vec::<String>::new());
+        }
+        let mut days = shaped(Shape::Days);
+        days.columns[2].not_null = true;
+        days.primary_key = Some(vec!["day".into()]);
+        assert_eq!(
+            problems_as(&days, Shape::Days),
+            [
+                "column listing_watermark: NOT NULL, expected nullable",
+                "column records_table: the primary key is (day), expected primary key (records_table, day)",
+            ]
+        );
+        let mut tables = shaped(Shape::Tables);
+        tables.columns[1].data_type = "text".into();
+        tables.columns[0].collation = Some(r#"pg_catalog."default""#.into());
+        assert_eq!(
+            problems_as(&tables, Shape::Tables),
+            [
+                r#"column records_table: collation pg_catalog."default", expected pg_catalog."C""#,
+                "column schema_version: type text, expected integer",
+            ]
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Postgres-specific behaviour: bad names and connections are typed errors,
 //! and a re-run of identical rows writes no tuple at all.
 
-use backfill_core::{upsert, Error, Record, Store, WriteOptions};
+use backfill_core::{upsert, Error, MemoryStore, Mode, Record, ReplaceGuard, Store, WriteOptions};
 use backfill_postgres::tokio_postgres::{Config, NoTls};
 use backfill_postgres::PostgresStore;
 use backfill_testkit as testkit;
@@ -44,6 +44,30 @@ async fn invalid_names_are_rejected_before_connecting() {
                 other => panic!("{what} {name:?}: expected InvalidName, got {other:?}"),
             }
         }
+    }
+}
+
+/// The schema's metadata tables cannot hold records: their names are
+/// refused as table names, before connecting.
+#[tokio::test]
+async fn reserved_table_names_are_rejected_before_connecting() {
+    let url = "postgres://postgres@127.0.0.1:1/postgres";
+    for name in ["backfill_tables", "backfill_days"] {
+        match PostgresStore::builder().table(name).connect(url).await {
+            Err(Error::InvalidName { what, name: n }) => {
+                assert_eq!((what, n.as_str()), ("table", name));
+            }
+            other => panic!("{name}: expected InvalidName, got {other:?}"),
+        }
+    }
+    // As a schema name they mean nothing special.
+    match PostgresStore::builder()
+        .schema("backfill_days")
+        .connect(url)
+        .await
+    {
+        Err(Error::Open { .. }) => {}
+        other => panic!("expected Open (nothing listens), got {other:?}"),
     }
 }
 
@@ -115,9 +139,14 @@ async fn nul_characters_never_reach_the_server() {
     assert!(store.rows().await.unwrap().is_empty());
 }
 
-/// Reads `n_tup_ins + n_tup_upd + n_tup_del` and `n_tup_hot_upd` of the
+/// Reads `n_tup_ins`, `n_tup_upd + n_tup_del` and `n_tup_hot_upd` of the
 /// store's table, after flushing this backend's pending statistics.
 async fn tuple_stats(store: &PostgresStore) -> (i64, i64, i64) {
+    relation_stats(store, store.table()).await
+}
+
+/// As [`tuple_stats`], for any table of the store's schema.
+async fn relation_stats(store: &PostgresStore, relation: &str) -> (i64, i64, i64) {
     let client = store.pool().get().await.unwrap();
     client
         .execute("SELECT pg_stat_force_next_flush()", &[])
@@ -131,7 +160,7 @@ async fn tuple_stats(store: &PostgresStore) -> (i64, i64, i64) {
         .query_one(
             "SELECT n_tup_ins, n_tup_upd + n_tup_del, n_tup_hot_upd FROM pg_stat_user_tables \
              WHERE schemaname = $1 AND relname = $2",
-            &[&store.schema(), &store.table()],
+            &[&store.schema(), &relation],
         )
         .await
         .unwrap();
@@ -367,5 +396,415 @@ async fn a_row_committed_by_a_concurrent_writer_is_judged_by_version() {
             their_value
         };
         assert_eq!(stored.value(), winner, "case {n}");
+    }
+}
+
+/// `(key, xmin, xmax)` of every tuple of a table of the store's schema.
+async fn tuples(store: &PostgresStore, relation: &str, key: &str) -> Vec<(String, String, String)> {
+    let client = store.pool().get().await.unwrap();
+    let sql = format!(
+        "SELECT {key}::text, xmin::text, xmax::text FROM \"{}\".\"{relation}\" ORDER BY 1",
+        store.schema()
+    );
+    client
+        .query(&sql, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect()
+}
+
+/// Re-applying a listing (with the same `as_of`, or an older one), a batch
+/// of tombstones, and a live record the watermark turned into a tombstone
+/// writes nothing: no tuple of the records table or of the metadata
+/// tables is written or even locked.
+#[tokio::test]
+async fn replace_and_tombstone_reapply_writes_no_tuple() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    // One connection, so every write and the statistics flush share a backend.
+    let store = PostgresStore::builder()
+        .schema(testkit::unique_schema())
+        .pool_size(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let at = Utc.with_ymd_and_hms(2026, 2, 1, 0, 0, 0).unwrap();
+    let as_of = at + Duration::hours(1);
+    let all = records(1_000, 0);
+    upsert(&store, day(), all.clone(), WriteOptions::default())
+        .await
+        .unwrap();
+    let listing = all[..900].to_vec();
+    let replace = WriteOptions::default().mode(Mode::Replace).as_of(as_of);
+    let tombstones: Vec<Record> = all[900..950]
+        .iter()
+        .map(|r| Record::tombstone(r.key(), day(), at + Duration::seconds(5)).unwrap())
+        .collect();
+    let late = vec![Record::new("pg/late", day(), "{}", at + Duration::minutes(30)).unwrap()];
+
+    let c = upsert(&store, day(), listing.clone(), replace)
+        .await
+        .unwrap();
+    assert_eq!((c.unchanged, c.deleted, c.unlisted), (900, 100, 100));
+    let c = upsert(&store, day(), tombstones.clone(), WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(c.deleted, 50, "newer tombstones over the listing's");
+    let c = upsert(&store, day(), late.clone(), WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        c.deleted, 1,
+        "a version older than the listing arrives deleted"
+    );
+    assert!(store.get("pg/late").await.unwrap().is_none());
+
+    let records_before = tuples(&store, store.table(), "key").await;
+    let days_before = tuples(&store, "backfill_days", "day").await;
+    let tables_before = tuples(&store, "backfill_tables", "records_table").await;
+    assert_eq!(records_before.len(), 1_001);
+    assert_eq!(days_before.len(), 1);
+    let stats_before = stats_after(&store, 1_001).await;
+    let days_stats = relation_stats(&store, "backfill_days").await;
+    assert_eq!(days_stats, (1, 0, 0));
+
+    for _ in 0..2 {
+        let c = upsert(&store, day(), listing.clone(), replace)
+            .await
+            .unwrap();
+        assert_eq!((c.unchanged, c.written(), c.unlisted), (900, 0, 0));
+        let older = replace.as_of(as_of - Duration::minutes(10));
+        let c = upsert(&store, day(), listing.clone(), older).await.unwrap();
+        assert_eq!((c.unchanged, c.written()), (900, 0));
+        let c = upsert(&store, day(), tombstones.clone(), WriteOptions::default())
+            .await
+            .unwrap();
+        assert_eq!((c.unchanged, c.written()), (50, 0));
+        let c = upsert(&store, day(), late.clone(), WriteOptions::default())
+            .await
+            .unwrap();
+        assert_eq!((c.stale, c.written()), (1, 0));
+    }
+    assert_eq!(tuples(&store, store.table(), "key").await, records_before);
+    assert_eq!(tuples(&store, "backfill_days", "day").await, days_before);
+    assert_eq!(
+        tuples(&store, "backfill_tables", "records_table").await,
+        tables_before
+    );
+    // A canary insert from the same backend: once it shows, anything the
+    // re-runs had written would show too.
+    let canary = Record::new("pg/canary", day(), "{}", Utc::now()).unwrap();
+    upsert(&store, day(), vec![canary], WriteOptions::default())
+        .await
+        .unwrap();
+    let after = stats_after(&store, stats_before.0 + 1).await;
+    assert_eq!(
+        after,
+        (stats_before.0 + 1, stats_before.1, stats_before.2),
+        "re-applied listings and tombstones must not insert, update, delete or HOT-update"
+    );
+    assert_eq!(relation_stats(&store, "backfill_days").await, days_stats);
+}
+
+/// Purging removes exactly the tombstones older than the horizon, leaves
+/// every other tuple untouched, and ends as the reference store does.
+#[tokio::test]
+async fn purge_removes_only_old_tombstones() {
+    let Some(store) = testkit::store().await else {
+        return;
+    };
+    let reference = MemoryStore::new();
+    let at = Utc.with_ymd_and_hms(2026, 2, 1, 0, 0, 0).unwrap();
+    let all = records(300, 0);
+    let replace = WriteOptions::default()
+        .mode(Mode::Replace)
+        .as_of(at + Duration::hours(1))
+        .guard(ReplaceGuard::off());
+    let newer: Vec<Record> = (0..300)
+        .step_by(7)
+        .map(|i| Record::tombstone(format!("pg/{i:06}"), day(), at + Duration::hours(2)).unwrap())
+        .collect();
+    for target in [&store as &dyn Store, &reference] {
+        upsert(target, day(), all.clone(), WriteOptions::default())
+            .await
+            .unwrap();
+        // Every third row unlisted: tombstones as of `at`.
+        let listed: Vec<Record> = all.iter().step_by(3).cloned().collect();
+        upsert(target, day(), listed, replace).await.unwrap();
+        upsert(target, day(), newer.clone(), WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    let kept_before: Vec<_> = tuples(&store, store.table(), "key")
+        .await
+        .into_iter()
+        .filter(|(key, ..)| {
+            let i: usize = key["pg/".len()..].parse().unwrap();
+            i.is_multiple_of(3) || i.is_multiple_of(7)
+        })
+        .collect();
+    let horizon = at + Duration::hours(1);
+    let purged = store.purge_tombstones(horizon).await.unwrap();
+    let expected = reference.purge_tombstones(horizon).await.unwrap();
+    assert_eq!(purged, expected);
+    assert!(purged > 0);
+    assert_eq!(
+        store.rows_with_tombstones().await.unwrap(),
+        reference.rows_with_tombstones().await.unwrap()
+    );
+    assert_eq!(
+        tuples(&store, store.table(), "key").await,
+        kept_before,
+        "rows kept are untouched"
+    );
+    assert_eq!(store.purge_tombstones(horizon).await.unwrap(), 0);
+}
+
+/// A listing waits for a batch writing live rows of its day to commit, and
+/// that batch for the listing: the watermark is read and raised under a
+/// lock per day, so a version written while a listing that lacks it is
+/// being applied is never left live.
+#[tokio::test]
+async fn a_listing_waits_for_a_concurrent_batch_of_its_day() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let store = PostgresStore::builder()
+        .schema(testkit::unique_schema())
+        .connect(&url)
+        .await
+        .unwrap();
+    let table = format!("\"{}\".\"{}\"", store.schema(), store.table());
+    let at = Utc.with_ymd_and_hms(2026, 2, 1, 0, 0, 0).unwrap();
+    let (other, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    other.batch_execute("BEGIN").await.unwrap();
+    other
+        .execute(
+            &format!("INSERT INTO {table} (key, event_date, value, updated_at) VALUES ('lock/x', $1, 'theirs', $2)"),
+            &[&day(), &at],
+        )
+        .await
+        .unwrap();
+    // Ours: a newer version, blocked behind the other writer's row while it
+    // holds its day's shared lock.
+    let ours = Record::new("lock/x", day(), "ours", at + Duration::seconds(1)).unwrap();
+    let merge = {
+        let store = store.clone();
+        tokio::spawn(
+            async move { upsert(&store, day(), vec![ours], WriteOptions::default()).await },
+        )
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!merge.is_finished(), "the merge waits for the other writer");
+    // A listing of the day, true as of later, that lacks the key.
+    let listing = {
+        let store = store.clone();
+        let options = WriteOptions::default()
+            .mode(Mode::Replace)
+            .as_of(at + Duration::hours(1))
+            .guard(ReplaceGuard::off());
+        tokio::spawn(async move { upsert(&store, day(), Vec::new(), options).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!listing.is_finished(), "the listing waits for the merge");
+    let waiting: i64 = other
+        .query_one(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(waiting >= 1, "the listing waits on the day's advisory lock");
+    other.batch_execute("COMMIT").await.unwrap();
+    let c = merge.await.unwrap().unwrap();
+    assert_eq!(c.updated, 1);
+    let c = listing.await.unwrap().unwrap();
+    assert_eq!((c.deleted, c.unlisted), (1, 1));
+    assert!(store.get("lock/x").await.unwrap().is_none());
+    assert_eq!(
+        store.rows_with_tombstones().await.unwrap(),
+        [Record::tombstone("lock/x", day(), at + Duration::seconds(1)).unwrap()]
+    );
+}
+
+/// A listing sent in several key ranges (a day whose keys alone would not
+/// fit one message) tombstones exactly what the reference store does.
+#[tokio::test]
+async fn a_listing_in_several_key_ranges_matches_the_reference() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let store = PostgresStore::builder()
+        .schema(testkit::unique_schema())
+        .chunk_bytes(2_000)
+        .connect(&url)
+        .await
+        .unwrap();
+    let reference = MemoryStore::new();
+    let at = Utc.with_ymd_and_hms(2026, 2, 1, 0, 0, 0).unwrap();
+    let all = records(1_000, 0);
+    // Listed: a scattering, and none at the start or the end of the day,
+    // so the unbounded first and last ranges have rows to tombstone.
+    let listed: Vec<Record> = all
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| (50..950).contains(i) && (i % 5 == 0 || i % 11 == 0))
+        .map(|(_, r)| r.clone())
+        .collect();
+    let options = WriteOptions::default()
+        .mode(Mode::Replace)
+        .as_of(at + Duration::hours(1));
+    let mut counts = Vec::new();
+    for target in [&store as &dyn Store, &reference] {
+        upsert(target, day(), all.clone(), WriteOptions::default())
+            .await
+            .unwrap();
+        counts.push(
+            upsert(target, day(), listed.clone(), options)
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(counts[0], counts[1]);
+    assert_eq!(counts[0].unlisted, (1_000 - listed.len()) as u64);
+    assert_eq!(
+        store.rows_with_tombstones().await.unwrap(),
+        reference.rows_with_tombstones().await.unwrap()
+    );
+}
+
+/// Another writer commits a tombstone, or a live version over one, while
+/// our upsert waits for its lock: the outcome still follows the version
+/// order, and inserted / updated / deleted follow what the row was when
+/// ours was written.
+#[tokio::test]
+async fn a_tombstone_committed_by_a_concurrent_writer_is_judged_by_version() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let store = PostgresStore::builder()
+        .schema(testkit::unique_schema())
+        .connect(&url)
+        .await
+        .unwrap();
+    let table = format!("\"{}\".\"{}\"", store.schema(), store.table());
+    let at = Utc.with_ymd_and_hms(2026, 2, 1, 0, 0, 0).unwrap();
+    let version = |value: &str, secs: i64, deleted: bool| {
+        if deleted {
+            Record::tombstone("k", day(), at + Duration::seconds(secs)).unwrap()
+        } else {
+            Record::new("k", day(), value, at + Duration::seconds(secs)).unwrap()
+        }
+    };
+    // (stored first, theirs committed meanwhile, ours,
+    //  expected (inserted, updated, deleted, unchanged, stale))
+    let cases = [
+        // Theirs deletes the key; ours is a newer live version: back alive.
+        (
+            None,
+            version("theirs", 5, true),
+            version("ours", 10, false),
+            (1, 0, 0, 0, 0),
+        ),
+        // Theirs deletes a live row; ours is an older tombstone: stale.
+        (
+            Some(version("old", 1, false)),
+            version("", 5, true),
+            version("", 3, true),
+            (0, 0, 0, 0, 1),
+        ),
+        // Theirs revives a tombstone; ours deletes it later: deleted.
+        (
+            Some(version("", 1, true)),
+            version("theirs", 5, false),
+            version("", 10, true),
+            (0, 0, 1, 0, 0),
+        ),
+        // Theirs revives a tombstone; ours is newer and live: updated.
+        (
+            Some(version("", 1, true)),
+            version("theirs", 5, false),
+            version("ours", 10, false),
+            (0, 1, 0, 0, 0),
+        ),
+        // Theirs writes the very tombstone ours is: unchanged.
+        (
+            Some(version("old", 1, false)),
+            version("", 5, true),
+            version("", 5, true),
+            (0, 0, 0, 1, 0),
+        ),
+    ];
+    for (n, (stored, theirs, ours, expected)) in cases.into_iter().enumerate() {
+        let key = format!("race/{n}");
+        let with_key = |r: &Record| {
+            if r.is_deleted() {
+                Record::tombstone(key.clone(), day(), r.updated_at()).unwrap()
+            } else {
+                Record::new(key.clone(), day(), r.value(), r.updated_at()).unwrap()
+            }
+        };
+        if let Some(stored) = &stored {
+            upsert(
+                &store,
+                day(),
+                vec![with_key(stored)],
+                WriteOptions::default(),
+            )
+            .await
+            .unwrap();
+        }
+        let (theirs, ours) = (with_key(&theirs), with_key(&ours));
+        let (other, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+        tokio::spawn(connection);
+        other.batch_execute("BEGIN").await.unwrap();
+        other
+            .execute(
+                &format!(
+                    "INSERT INTO {table} (key, event_date, value, updated_at, deleted) \
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (key) DO UPDATE SET \
+                     value = EXCLUDED.value, updated_at = EXCLUDED.updated_at, deleted = EXCLUDED.deleted"
+                ),
+                &[&key, &day(), &theirs.value(), &theirs.updated_at(), &theirs.is_deleted()],
+            )
+            .await
+            .unwrap();
+        let upsert_task = {
+            let store = store.clone();
+            let ours = ours.clone();
+            tokio::spawn(
+                async move { upsert(&store, day(), vec![ours], WriteOptions::default()).await },
+            )
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(
+            !upsert_task.is_finished(),
+            "case {n}: the upsert should wait for the other writer"
+        );
+        other.batch_execute("COMMIT").await.unwrap();
+        let c = upsert_task.await.unwrap().unwrap();
+        assert_eq!(
+            (c.inserted, c.updated, c.deleted, c.unchanged, c.stale),
+            expected,
+            "case {n}"
+        );
+        let winner = if ours.supersedes(&theirs) {
+            ours
+        } else {
+            theirs
+        };
+        let stored = store
+            .rows_with_tombstones()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|r| r.key() == key)
+            .unwrap();
+        assert_eq!(stored, winner, "case {n}");
     }
 }

@@ -4,8 +4,10 @@
 //!
 //! - `conformance`: the shared suite every store must pass.
 //! - `behaviour`: what this store promises beyond the suite (typed errors,
-//!   no tuple written on a re-run, chunking, concurrent writers).
-//! - `open`: opening checks an existing table, needs no DDL rights when
+//!   no tuple written on a re-run of merges, listings or tombstones,
+//!   chunking, concurrent writers, listings locking their day, purge).
+//! - `open`: opening checks an existing table and the metadata tables,
+//!   upgrades a version-1 table in place, needs no DDL rights when
 //!   everything exists, and names indexes that cannot collide.
 //! - `large_values`: days and values past Postgres' message limit.
 //! - `retry`: which server errors a job retries.

@@ -26,6 +26,19 @@ const EVENT_DATE: &str =
 const VALUE: &str = r#"value text COLLATE "C" NOT NULL"#;
 const UPDATED_AT: &str = "updated_at timestamptz NOT NULL \
     CHECK (updated_at >= '0001-01-01 00:00:00+00' AND updated_at < '10000-01-01 00:00:00+00')";
+/// Schema version 2 appends `deleted`, with its CHECK.
+const DELETED: &str = "deleted boolean NOT NULL DEFAULT false CHECK (NOT deleted OR value = '')";
+
+/// The schema's metadata tables, as a migration tool would create them,
+/// and the version row of `records`.
+fn metadata_ddl(schema: &str) -> String {
+    format!(
+        r#"CREATE TABLE {schema}.backfill_tables (records_table text COLLATE "C" PRIMARY KEY, schema_version integer NOT NULL);
+           CREATE TABLE {schema}.backfill_days (records_table text COLLATE "C" NOT NULL, day date NOT NULL,
+               listing_watermark timestamptz NULL, PRIMARY KEY (records_table, day));
+           INSERT INTO {schema}.backfill_tables VALUES ('records', 2);"#
+    )
+}
 
 /// A collation that does not compare by bytes: ICU's root collation when
 /// the server has ICU, else the libc `en_US` or `POSIX`… one that exists.
@@ -301,6 +314,22 @@ async fn index_names_cannot_collide() {
     );
 }
 
+/// The column names of `schema.table`, in order.
+async fn columns(admin: &Client, schema: &str, table: &str) -> Vec<String> {
+    admin
+        .query(
+            "SELECT attname::text FROM pg_attribute \
+             WHERE attrelid = format('%I.%I', $1::text, $2::text)::regclass \
+               AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            &[&schema, &table],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
 /// A role (`name`, password `name`) for the test, dropped by
 /// [`drop_role`].
 async fn create_role(admin: &Client, name: &str) {
@@ -328,7 +357,8 @@ fn role_name(what: &str) -> String {
 }
 
 /// A role with only SELECT, INSERT, UPDATE and DELETE on an existing table
-/// (no CREATE on the database or the schema) opens it, reads and writes.
+/// and the schema's two metadata tables (no CREATE on the database or the
+/// schema) opens it, reads and writes.
 #[tokio::test]
 async fn a_least_privilege_role_opens_an_existing_table() {
     let Some(owner) = testkit::store().await else {
@@ -342,7 +372,8 @@ async fn a_least_privilege_role_opens_an_existing_table() {
     admin
         .batch_execute(&format!(
             "GRANT USAGE ON SCHEMA {schema} TO {role}; \
-             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{table} TO {role};"
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{table} TO {role}; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.backfill_tables, {schema}.backfill_days TO {role};"
         ))
         .await
         .unwrap();
@@ -394,6 +425,7 @@ async fn a_read_only_role_reads_and_cannot_write() {
         .batch_execute(&format!(
             "GRANT ALL ON SCHEMA {schema} TO {role}; \
              GRANT ALL ON {schema}.{table} TO {role}; \
+             GRANT ALL ON {schema}.backfill_tables, {schema}.backfill_days TO {role}; \
              ALTER ROLE {role} SET default_transaction_read_only = on;"
         ))
         .await
@@ -436,8 +468,9 @@ async fn a_read_only_role_reads_and_cannot_write() {
 }
 
 /// With `create_if_missing(false)` nothing is ever created: a missing
-/// schema, table or index is an Open error saying what is missing, and the
-/// catalog is unchanged; an existing table opens as usual.
+/// schema, table or index, or a table of schema version 1, is an Open error
+/// saying what is missing, and the catalog is unchanged; an existing table
+/// of the current version opens as usual.
 #[tokio::test]
 async fn a_store_told_not_to_create_runs_no_ddl() {
     let Some(url) = testkit::url().await else {
@@ -481,6 +514,25 @@ async fn a_store_told_not_to_create_runs_no_ddl() {
         .await
         .unwrap();
     refused(open("missing").await, "does not exist");
+    // A table of schema version 1 needs one open with DDL rights.
+    refused(open("records").await, "schema version 1");
+    assert!(
+        !columns(&admin, &schema, "records")
+            .await
+            .contains(&"deleted".to_owned()),
+        "the table must not have been upgraded"
+    );
+
+    // What a migration tool creates for version 2: the table with
+    // `deleted`, the metadata tables and the version row.
+    admin
+        .batch_execute(&format!(
+            "DROP TABLE {schema}.records; \
+             CREATE TABLE {schema}.records ({KEY}, {EVENT_DATE}, {VALUE}, {UPDATED_AT}, {DELETED}); {}",
+            metadata_ddl(&schema)
+        ))
+        .await
+        .unwrap();
     refused(open("records").await, "index on (event_date)");
     assert_eq!(event_date_indexes(&admin, &schema, "records").await, 0);
 
@@ -498,4 +550,335 @@ async fn a_store_told_not_to_create_runs_no_ddl() {
     .await
     .unwrap();
     assert_eq!(store.rows().await.unwrap(), [record("a", "1")]);
+}
+
+/// `xmin` of the catalog row of `schema.table` and of its version row:
+/// both change if an open runs DDL on the table or rewrites its version.
+async fn catalog_versions(admin: &Client, schema: &str, table: &str) -> (String, String) {
+    let row = admin
+        .query_one(
+            &format!(
+                "SELECT (SELECT xmin::text FROM pg_class \
+                         WHERE oid = format('%I.%I', $1::text, $2::text)::regclass), \
+                        (SELECT xmin::text FROM {schema}.backfill_tables WHERE records_table = $2)"
+            ),
+            &[&schema, &table],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// A table of schema version 1 (what the release before tombstones
+/// created, rows and all) is upgraded in place by the first open, even by
+/// several at once: every row kept, live; writes then work; opening again
+/// changes nothing.
+#[tokio::test]
+async fn a_version_1_table_is_upgraded_in_place() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let admin = crate::admin(&url).await;
+    let schema = testkit::unique_schema();
+    // The DDL of version 1 (commit d5cb5de), verbatim.
+    admin
+        .batch_execute(&format!(
+            r#"CREATE SCHEMA {schema};
+CREATE TABLE IF NOT EXISTS "{schema}"."records" (
+    key        text COLLATE "C" PRIMARY KEY CHECK (octet_length(key) BETWEEN 1 AND 512),
+    event_date date NOT NULL CHECK (event_date BETWEEN '0001-01-01' AND '9999-12-31'),
+    value      text COLLATE "C" NOT NULL,
+    updated_at timestamptz NOT NULL CHECK (updated_at >= '0001-01-01 00:00:00+00' AND updated_at < '10000-01-01 00:00:00+00')
+);
+CREATE INDEX ON "{schema}"."records" (event_date);
+INSERT INTO {schema}.records VALUES
+    ('a', '2026-06-01', '1', '2026-06-01 00:00:00+00'),
+    ('b', '2026-06-01', '', '2026-06-01 00:00:00+00'),
+    ('c', '2026-06-02', '3', '2026-06-02 00:00:00+00');"#
+        ))
+        .await
+        .unwrap();
+    let open = || {
+        PostgresStore::builder()
+            .schema(schema.clone())
+            .table("records")
+            .connect(&url)
+    };
+    let (a, b, c) = tokio::join!(open(), open(), open());
+    let (store, _b, _c) = (a.unwrap(), b.unwrap(), c.unwrap());
+    let june = |d| NaiveDate::from_ymd_opt(2026, 6, d).unwrap();
+    let at = |d| Utc.with_ymd_and_hms(2026, 6, d, 0, 0, 0).unwrap();
+    let kept = vec![
+        Record::new("a", june(1), "1", at(1)).unwrap(),
+        Record::new("b", june(1), "", at(1)).unwrap(),
+        Record::new("c", june(2), "3", at(2)).unwrap(),
+    ];
+    assert_eq!(store.rows().await.unwrap(), kept, "every row kept, live");
+    assert_eq!(store.rows_with_tombstones().await.unwrap(), kept);
+    assert_eq!(
+        columns(&admin, &schema, "records").await,
+        ["key", "event_date", "value", "updated_at", "deleted"]
+    );
+    let version: i32 = admin
+        .query_one(
+            &format!("SELECT schema_version FROM {schema}.backfill_tables WHERE records_table = 'records'"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 2);
+
+    // Writes work: a listing of June 1st without `b` makes its tombstone.
+    let listing = WriteOptions::default()
+        .mode(backfill_core::Mode::Replace)
+        .as_of(at(1) + chrono::Duration::hours(1));
+    let counts = upsert(&store, june(1), vec![kept[0].clone()], listing)
+        .await
+        .unwrap();
+    assert_eq!(
+        (counts.unchanged, counts.deleted, counts.unlisted),
+        (1, 1, 1)
+    );
+    assert_eq!(
+        store.rows().await.unwrap(),
+        [kept[0].clone(), kept[2].clone()]
+    );
+
+    // Opening again is a no-op: no DDL, no new version row.
+    let before = catalog_versions(&admin, &schema, "records").await;
+    for create in [true, false] {
+        let again = PostgresStore::builder()
+            .schema(schema.clone())
+            .table("records")
+            .create_if_missing(create)
+            .connect(&url)
+            .await
+            .unwrap();
+        assert_eq!(again.rows().await.unwrap().len(), 2);
+    }
+    assert_eq!(catalog_versions(&admin, &schema, "records").await, before);
+}
+
+/// A role that may not run DDL on a version-1 table (a least-privilege
+/// role, a read-only server) cannot upgrade it: a clear Open error, and the
+/// table is left as it was.
+#[tokio::test]
+async fn a_version_1_table_needs_ddl_rights_to_upgrade() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let admin = crate::admin(&url).await;
+    let schema = testkit::unique_schema();
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; CREATE TABLE {schema}.records ({KEY}, {EVENT_DATE}, {VALUE}, {UPDATED_AT}); \
+             CREATE INDEX ON {schema}.records (event_date); \
+             INSERT INTO {schema}.records VALUES ('a', '2026-06-01', '1', '2026-06-01 00:00:00+00');"
+        ))
+        .await
+        .unwrap();
+    let role = role_name("v1_");
+    create_role(&admin, &role).await;
+    admin
+        .batch_execute(&format!(
+            "GRANT USAGE ON SCHEMA {schema} TO {role}; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.records TO {role};"
+        ))
+        .await
+        .unwrap();
+    let least = PostgresStore::builder()
+        .schema(schema.clone())
+        .table("records")
+        .connect_with(config_as(&url, &role))
+        .await;
+    admin
+        .batch_execute(&format!(
+            "ALTER ROLE {role} SET default_transaction_read_only = on; \
+             GRANT ALL ON SCHEMA {schema} TO {role}; GRANT ALL ON {schema}.records TO {role};"
+        ))
+        .await
+        .unwrap();
+    let read_only = PostgresStore::builder()
+        .schema(schema.clone())
+        .table("records")
+        .connect_with(config_as(&url, &role))
+        .await;
+    drop_role(&admin, &role).await;
+    for (what, result) in [("least privilege", least), ("read-only", read_only)] {
+        match result {
+            Err(ref e @ Error::Open { .. }) => {
+                let message = e.to_string();
+                assert!(
+                    message.contains("schema version 1") && message.contains("DDL"),
+                    "{what}: {message}"
+                );
+            }
+            other => panic!("{what}: expected Open, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        columns(&admin, &schema, "records").await,
+        ["key", "event_date", "value", "updated_at"],
+        "left as it was"
+    );
+    let metadata: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname LIKE 'backfill_%'",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(metadata, 0);
+}
+
+/// A table recorded at a schema version newer than this release's is
+/// refused, and so is any table of a schema where another one is.
+#[tokio::test]
+async fn a_newer_schema_version_is_refused() {
+    let Some(store) = testkit::store().await else {
+        return;
+    };
+    let url = testkit::url().await.unwrap();
+    let admin = crate::admin(&url).await;
+    let schema = store.schema();
+    admin
+        .batch_execute(&format!(
+            "UPDATE {schema}.backfill_tables SET schema_version = 3 WHERE records_table = '{}'",
+            store.table()
+        ))
+        .await
+        .unwrap();
+    for table in [store.table(), "other"] {
+        let result = PostgresStore::builder()
+            .schema(schema)
+            .table(table)
+            .connect(&url)
+            .await;
+        match result {
+            Err(ref e @ Error::Open { .. }) => {
+                assert!(e.to_string().contains("schema version 3"), "{e}");
+            }
+            other => panic!("{table}: expected Open, got {other:?}"),
+        }
+    }
+}
+
+/// The schema's metadata tables are checked like the records table: one of
+/// another shape is refused with a TableMismatch naming it.
+#[tokio::test]
+async fn metadata_tables_of_another_shape_are_refused() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let admin = crate::admin(&url).await;
+    let cases = [
+        (
+            "backfill_tables",
+            "CREATE TABLE {s}.backfill_tables (records_table text PRIMARY KEY, schema_version integer NOT NULL)",
+            "collation",
+        ),
+        (
+            "backfill_tables",
+            r#"CREATE TABLE {s}.backfill_tables (records_table text COLLATE "C" PRIMARY KEY, schema_version text NOT NULL)"#,
+            "type text",
+        ),
+        (
+            "backfill_days",
+            r#"CREATE TABLE {s}.backfill_days (records_table text COLLATE "C" NOT NULL, day date NOT NULL,
+                 listing_watermark timestamptz NULL)"#,
+            "primary key",
+        ),
+        (
+            "backfill_days",
+            r#"CREATE TABLE {s}.backfill_days (records_table text COLLATE "C" NOT NULL, day date NOT NULL,
+                 listing_watermark timestamp NULL, PRIMARY KEY (records_table, day))"#,
+            "timestamp without time zone",
+        ),
+        (
+            "backfill_days",
+            "CREATE VIEW {s}.backfill_days AS SELECT 1 AS x",
+            "view",
+        ),
+    ];
+    for (relation, ddl, differs) in cases {
+        let schema = testkit::unique_schema();
+        admin
+            .batch_execute(&format!(
+                "CREATE SCHEMA {schema}; {}",
+                ddl.replace("{s}", &schema)
+            ))
+            .await
+            .unwrap();
+        let result = PostgresStore::builder()
+            .schema(schema.clone())
+            .connect(&url)
+            .await;
+        match result {
+            Err(ref e @ Error::Open { ref source, .. }) => {
+                let mismatch = source
+                    .downcast_ref::<TableMismatch>()
+                    .unwrap_or_else(|| panic!("{relation}: the source is a TableMismatch: {e}"));
+                assert_eq!(mismatch.table(), format!("\"{schema}\".\"{relation}\""));
+                assert!(e.to_string().contains(differs), "{relation}: {e}");
+            }
+            other => panic!("{relation}: expected Open, got {other:?}"),
+        }
+        let records: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = 'backfill_records'",
+                &[&schema],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(records, 0, "{relation}: nothing is created beside it");
+    }
+}
+
+/// A table created where a dropped table of the same name kept listing
+/// watermarks starts without them: they would otherwise turn the new
+/// table's first rows into tombstones.
+#[tokio::test]
+async fn a_new_table_forgets_a_dropped_tables_watermarks() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let admin = crate::admin(&url).await;
+    let schema = testkit::unique_schema();
+    let open = || {
+        PostgresStore::builder()
+            .schema(schema.clone())
+            .table("records")
+            .connect(&url)
+    };
+    let store = open().await.unwrap();
+    let listing = WriteOptions::default()
+        .mode(backfill_core::Mode::Replace)
+        .as_of(Utc.with_ymd_and_hms(2026, 6, 2, 0, 0, 0).unwrap());
+    upsert(&store, day(), vec![record("a", "1")], listing)
+        .await
+        .unwrap();
+    drop(store);
+    admin
+        .batch_execute(&format!("DROP TABLE {schema}.records"))
+        .await
+        .unwrap();
+    let store = open().await.unwrap();
+    let counts = upsert(
+        &store,
+        day(),
+        vec![record("b", "1")],
+        WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        counts.inserted, 1,
+        "the old table's watermark applied: {counts:?}"
+    );
+    assert_eq!(store.rows().await.unwrap(), [record("b", "1")]);
 }
