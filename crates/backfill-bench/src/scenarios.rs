@@ -325,16 +325,27 @@ pub(crate) async fn run_store(
                 c.stale == u64::from(s.per_day) && written == 0,
                 "0 rows written".to_owned(),
             ),
-            "replace_day" => (
-                c.deleted == u64::from(expected)
-                    && c.unlisted == u64::from(expected)
-                    && written == u64::from(expected),
-                format!("exactly {expected} tombstoned"),
-            ),
-            _ => (
-                c.written() == 0 && written == 0 && wal.unwrap_or(0) == 0,
-                "0 rows, 0 B WAL".to_owned(),
-            ),
+            // SQLite's `total_changes()` counts every table of the file:
+            // the listing also writes its day's watermark row.
+            "replace_day" => {
+                let metadata = u64::from(kind == Kind::Sqlite);
+                (
+                    c.deleted == u64::from(expected)
+                        && c.unlisted == u64::from(expected)
+                        && written == u64::from(expected) + metadata,
+                    format!("exactly {expected} tombstoned"),
+                )
+            }
+            // The same listing again: no row at all. WAL within the rerun's
+            // budget: reads may prune the dead tuples the scenarios before
+            // left, which the server logs.
+            _ => {
+                let wal_limit = (s.per_day as f64 / 100_000.0 * 1024.0 * 1024.0) as u64;
+                (
+                    c.written() == 0 && written == 0 && wal.unwrap_or(0) < wal_limit,
+                    "0 rows, WAL < 1 MiB/100k".to_owned(),
+                )
+            }
         };
         out.push(Measurement {
             scenario,

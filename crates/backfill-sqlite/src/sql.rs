@@ -321,9 +321,10 @@ pub(crate) struct Statements {
     /// Every row, tombstones included, in key order.
     pub(crate) all_with_tombstones: String,
     /// The one conditional write of a record: the version order and the
-    /// watermark rule, decided by SQLite. Returns the written row's
-    /// `deleted`, and no row when nothing was written.
+    /// watermark rule, decided by SQLite.
     pub(crate) upsert: String,
+    /// The listing watermark of day `?1`, if any.
+    pub(crate) watermark: String,
     /// A listing's day: `(live rows, live rows it would tombstone)`.
     pub(crate) count_unlisted: String,
     /// A listing's day: its unlisted live rows become their own tombstones.
@@ -339,10 +340,6 @@ impl Statements {
         let cols = "key, event_date, value, updated_at, deleted";
         // The table name is a checked identifier (`[a-z_][a-z0-9_]*`), so
         // it is safe as a string literal too.
-        // The watermark of the incoming record's own day (?2).
-        let watermark = format!(
-            "SELECT listing_watermark FROM {DAYS} WHERE records_table = '{table}' AND day = ?2"
-        );
         Self {
             get: format!(r#"SELECT {cols} FROM "{table}" WHERE key = ?1 AND deleted = 0"#),
             get_version: format!(
@@ -354,27 +351,30 @@ impl Statements {
             ),
             all_with_tombstones: format!(r#"SELECT {cols} FROM "{table}" ORDER BY key"#),
             // ?1 key, ?2 event_date, ?3 value, ?4 updated_at, ?5 deleted:
-            // the incoming version as sent. `w` is the watermark rule: a
-            // live record at or before its own day's watermark (as it is
-            // before this batch: the batch raises it last) is written as
-            // its own tombstone. The version compare in DO UPDATE's WHERE
-            // is of the *incoming* version, not the tombstone it may become
-            // (`excluded`), so whether a record is written does not depend
-            // on the watermark. (`WHERE true`: SQLite's parser needs a
-            // WHERE before ON CONFLICT in INSERT … SELECT.)
+            // the incoming version as sent; ?6 the listing watermark of the
+            // record's own day as it is before this batch (NULL if none),
+            // read once per day inside the same IMMEDIATE transaction (no
+            // other writer can move it meanwhile). The watermark rule: a
+            // live record at or before it is written as its own tombstone.
+            // The version compare in DO UPDATE's WHERE is of the *incoming*
+            // version, not the tombstone it may become (`excluded`), so
+            // whether a record is written does not depend on the watermark.
             upsert: format!(
                 r#"INSERT INTO "{table}" ({cols})
-SELECT ?1, ?2, CASE WHEN w THEN '' ELSE ?3 END, ?4, CASE WHEN w THEN 1 ELSE ?5 END
-FROM (SELECT ?5 = 0 AND ?4 <= coalesce(({watermark}), '') AS w)
-WHERE true
+VALUES (?1, ?2,
+        CASE WHEN ?5 = 0 AND ?4 <= ?6 THEN '' ELSE ?3 END,
+        ?4,
+        CASE WHEN ?5 = 0 AND ?4 <= ?6 THEN 1 ELSE ?5 END)
 ON CONFLICT (key) DO UPDATE SET
     event_date = excluded.event_date,
     value = excluded.value,
     updated_at = excluded.updated_at,
     deleted = excluded.deleted
 WHERE (?4, ?5, ?3, ?2)
-    > ("{table}".updated_at, "{table}".deleted, "{table}".value, "{table}".event_date)
-RETURNING deleted"#
+    > ("{table}".updated_at, "{table}".deleted, "{table}".value, "{table}".event_date)"#
+            ),
+            watermark: format!(
+                "SELECT listing_watermark FROM {DAYS} WHERE records_table = '{table}' AND day = ?1"
             ),
             // ?1 the day, ?2 the listed keys (an array bound to one
             // parameter: SQLite's carray), ?3 as_of.
