@@ -59,6 +59,7 @@ pub mod adapter;
 mod error;
 mod fetch;
 mod job;
+mod ledger;
 mod memory;
 mod record;
 mod store;
@@ -73,6 +74,9 @@ pub use fetch::{Fetch, Fetched};
 pub use job::{
     backfill, sync_day, BackfillError, Clock, DayReport, Event, FailedDay, FixedClock, Job, Retry,
     RunReport, SystemClock,
+};
+pub use ledger::{
+    DayFailure, DayState, Digest, LedgerEntry, RunId, SyncStamp, SyncedDay, MAX_ERROR_BYTES,
 };
 pub use memory::MemoryStore;
 pub use record::{Record, MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};

@@ -2,12 +2,14 @@
 //! compared to.
 
 use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 
 use crate::error::Result;
+use crate::ledger::{DayFailure, LedgerEntry};
 use crate::record::Record;
 use crate::store::{Batch, Counts, Store};
 
@@ -26,8 +28,17 @@ struct State {
     // Keyed by `String`, whose `Ord` is byte order, like the stores'
     // `COLLATE "C"`. Tombstones included.
     rows: BTreeMap<String, Record>,
-    // The listing watermark of each day that had a listing applied.
-    watermarks: BTreeMap<NaiveDate, DateTime<Utc>>,
+    // The ledger: one entry per day synced or failed, with its listing
+    // watermark.
+    days: BTreeMap<NaiveDate, LedgerEntry>,
+}
+
+impl State {
+    fn watermark(&self, day: NaiveDate) -> Option<DateTime<Utc>> {
+        self.days
+            .get(&day)
+            .and_then(|entry| entry.listing_watermark)
+    }
 }
 
 impl MemoryStore {
@@ -47,7 +58,7 @@ impl MemoryStore {
     /// The listing watermark of `day`: the latest `as_of` of a listing
     /// applied for it.
     pub fn listing_watermark(&self, day: NaiveDate) -> Option<DateTime<Utc>> {
-        self.lock().watermarks.get(&day).copied()
+        self.lock().watermark(day)
     }
 }
 
@@ -106,9 +117,9 @@ impl Store for MemoryStore {
                 Some(stored) if stored == record => counts.unchanged += 1,
                 Some(stored) if !record.supersedes(stored) => counts.stale += 1,
                 _ => {
-                    let watermark = state.watermarks.get(&record.event_date());
+                    let watermark = state.watermark(record.event_date());
                     let written = match watermark {
-                        Some(mark) if !record.is_deleted() && record.updated_at() <= *mark => {
+                        Some(mark) if !record.is_deleted() && record.updated_at() <= mark => {
                             record.to_tombstone()
                         }
                         _ => record.clone(),
@@ -163,10 +174,15 @@ impl Store for MemoryStore {
         for row in writes.into_iter().chain(unlisted) {
             state.rows.insert(row.key().to_owned(), row);
         }
+        let entry = state
+            .days
+            .entry(batch.day())
+            .or_insert_with(|| LedgerEntry::new(batch.day()));
         if let Some(as_of) = batch.as_of() {
-            let mark = state.watermarks.entry(batch.day()).or_insert(as_of);
-            *mark = (*mark).max(as_of);
+            entry.listing_watermark = entry.listing_watermark.max(Some(as_of));
         }
+        entry.synced = Some(batch.synced(counts));
+        entry.failure = None;
         Ok(counts)
     }
 
@@ -177,5 +193,24 @@ impl Store for MemoryStore {
             .rows
             .retain(|_, row| !(row.is_deleted() && row.updated_at() < before));
         Ok((count - state.rows.len()) as u64)
+    }
+
+    async fn ledger(&self, days: RangeInclusive<NaiveDate>) -> Result<Vec<LedgerEntry>> {
+        Ok(self
+            .lock()
+            .days
+            .range(days)
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+
+    async fn record_failure(&self, day: NaiveDate, failure: &DayFailure) -> Result<()> {
+        let mut state = self.lock();
+        let entry = state
+            .days
+            .entry(day)
+            .or_insert_with(|| LedgerEntry::new(day));
+        entry.failure = Some(failure.clone());
+        Ok(())
     }
 }

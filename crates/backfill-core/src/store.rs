@@ -1,13 +1,14 @@
 //! The [`Store`] trait every adapter implements, and the [`Batch`] it applies.
 
 use std::fmt;
-use std::ops::AddAssign;
+use std::ops::{AddAssign, RangeInclusive};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 
 use crate::error::{Error, Result};
+use crate::ledger::{DayFailure, Digest, LedgerEntry, SyncStamp, SyncedDay};
 use crate::record::Record;
 
 /// Where records are kept: an in-memory map, a SQLite file, a Postgres table,
@@ -39,7 +40,10 @@ use crate::record::Record;
 ///    … WHERE`, `MERGE`), never by reading into Rust and writing back;
 /// 6. refuse a record that breaks the record rules, failing the whole
 ///    batch (a last line of defence: `upsert` never sends one);
-/// 7. report exact [`Counts`], by what happened to each key.
+/// 7. report exact [`Counts`], by what happened to each key;
+/// 8. write the day's ledger row ([`Batch::synced`]) in the same
+///    transaction: synced now, by this run, with these counts, its last
+///    failure cleared.
 ///
 /// [`MemoryStore`](crate::MemoryStore) is the reference: it does exactly
 /// this, as plainly as it reads. Prove all of it by running the conformance
@@ -73,6 +77,15 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// `before` further back than the longest delay with which your
     /// upstream may re-deliver an old version.
     async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64>;
+
+    /// Reads the ledger rows of the days in `days`, in day order; a day
+    /// with no row is missing.
+    async fn ledger(&self, days: RangeInclusive<NaiveDate>) -> Result<Vec<LedgerEntry>>;
+
+    /// Records that `day` failed after its last attempt, in a transaction
+    /// of its own, keeping its last success; the next successful apply
+    /// clears it.
+    async fn record_failure(&self, day: NaiveDate, failure: &DayFailure) -> Result<()>;
 }
 
 macro_rules! forward_store {
@@ -96,6 +109,12 @@ macro_rules! forward_store {
             }
             async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {
                 (**self).purge_tombstones(before).await
+            }
+            async fn ledger(&self, days: RangeInclusive<NaiveDate>) -> Result<Vec<LedgerEntry>> {
+                (**self).ledger(days).await
+            }
+            async fn record_failure(&self, day: NaiveDate, failure: &DayFailure) -> Result<()> {
+                (**self).record_failure(day, failure).await
             }
         }
     )*};
@@ -137,6 +156,9 @@ pub struct Batch {
     mode: Mode,
     as_of: DateTime<Utc>,
     guard: ReplaceGuard,
+    collapsed: u64,
+    digest: Digest,
+    stamp: SyncStamp,
     // `Arc<Vec<_>>` rather than `Arc<[_]>`: wrapping takes the vector as
     // it is, where a slice would copy a million-record batch once more.
     records: Arc<Vec<Record>>,
@@ -150,6 +172,8 @@ impl Batch {
         as_of: DateTime<Utc>,
         guard: ReplaceGuard,
         records: Vec<Record>,
+        collapsed: u64,
+        stamp: SyncStamp,
     ) -> Self {
         debug_assert!(records.windows(2).all(|w| w[0].key() < w[1].key()));
         Self {
@@ -157,7 +181,44 @@ impl Batch {
             mode,
             as_of,
             guard,
+            collapsed,
+            digest: Digest::of(&records),
+            stamp,
             records: Arc::new(records),
+        }
+    }
+
+    /// The digest of the batch's records, for its ledger row.
+    pub fn digest(&self) -> Digest {
+        self.digest
+    }
+
+    /// How many duplicate keys were collapsed away before the batch was
+    /// built, for its ledger row's counts.
+    pub fn collapsed(&self) -> u64 {
+        self.collapsed
+    }
+
+    /// When, and by which run, the batch is applied, for its ledger row.
+    pub fn stamp(&self) -> &SyncStamp {
+        &self.stamp
+    }
+
+    /// The ledger row a successful apply of this batch writes for its day,
+    /// in its own transaction, given what the apply did: synced now, by
+    /// this run, no failure. (`listing_watermark` is left to the store,
+    /// which raises it.)
+    pub fn synced(&self, counts: Counts) -> SyncedDay {
+        SyncedDay {
+            at: self.stamp.at,
+            run_id: self.stamp.run_id.clone(),
+            mode: self.mode,
+            as_of: self.as_of(),
+            digest: self.digest,
+            counts: Counts {
+                collapsed: self.collapsed,
+                ..counts
+            },
         }
     }
 
@@ -342,6 +403,10 @@ pub struct Counts {
     pub deleted: u64,
     /// Of `deleted`, the live rows of the day a listing lacked.
     pub unlisted: u64,
+    /// Records not applied because the day's batch had the digest of its
+    /// last successful apply ([`WriteOptions::skip_unchanged`](crate::WriteOptions::skip_unchanged)):
+    /// nothing read, nothing written.
+    pub skipped: u64,
     /// Duplicate keys inside the batch, dropped in favour of their winner.
     pub collapsed: u64,
 }
@@ -355,7 +420,7 @@ impl Counts {
     /// Records of the batch the store looked at: every count but the rows a
     /// listing lacked and the duplicates collapsed away.
     pub fn applied(&self) -> u64 {
-        (self.inserted + self.updated + self.unchanged + self.stale + self.deleted)
+        (self.inserted + self.updated + self.unchanged + self.stale + self.deleted + self.skipped)
             .saturating_sub(self.unlisted)
     }
 }
@@ -368,6 +433,7 @@ impl AddAssign for Counts {
         self.stale += rhs.stale;
         self.deleted += rhs.deleted;
         self.unlisted += rhs.unlisted;
+        self.skipped += rhs.skipped;
         self.collapsed += rhs.collapsed;
     }
 }

@@ -3,6 +3,7 @@
 use chrono::{DateTime, NaiveDate, Utc};
 
 use crate::error::{Error, Result};
+use crate::ledger::SyncStamp;
 use crate::record::Record;
 use crate::store::{Batch, Counts, Mode, ReplaceGuard, Store};
 
@@ -37,6 +38,13 @@ pub struct WriteOptions {
     /// What a replace may delete (default [`ReplaceGuard::default`]: an
     /// empty listing may not empty a day).
     pub guard: ReplaceGuard,
+    /// In merge mode, skip the write of a batch whose digest is that of
+    /// its day's last successful apply (default false): nothing is read
+    /// from the table or written, and the records are counted `skipped`.
+    /// Sound because versions only move forward, so re-applying that batch
+    /// would write nothing; never in replace mode, where a merge since may
+    /// have added rows the listing would delete.
+    pub skip_unchanged: bool,
 }
 
 impl WriteOptions {
@@ -61,6 +69,12 @@ impl WriteOptions {
     /// Sets what a replace may delete.
     pub fn guard(mut self, guard: ReplaceGuard) -> Self {
         self.guard = guard;
+        self
+    }
+
+    /// Sets whether an unchanged merge batch is skipped by its digest.
+    pub fn skip_unchanged(mut self, skip: bool) -> Self {
+        self.skip_unchanged = skip;
         self
     }
 }
@@ -110,7 +124,38 @@ pub async fn upsert<S>(
 where
     S: Store + ?Sized,
 {
-    let (batch, collapsed) = prepare(day, records, options, Utc::now)?;
+    let now = Utc::now();
+    let stamp = SyncStamp {
+        at: now,
+        run_id: None,
+    };
+    upsert_stamped(store, day, records, options, stamp).await
+}
+
+/// [`upsert`] for a run: the ledger row names the run and the job's clock.
+pub(crate) async fn upsert_stamped<S>(
+    store: &S,
+    day: NaiveDate,
+    records: Vec<Record>,
+    options: WriteOptions,
+    stamp: SyncStamp,
+) -> Result<Counts>
+where
+    S: Store + ?Sized,
+{
+    let at = stamp.at;
+    let batch = prepare(day, records, options, stamp, || at)?;
+    if options.skip_unchanged && options.mode == Mode::Merge {
+        let last = store.ledger(day..=day).await?;
+        let applied = last.first().and_then(|entry| entry.synced.as_ref());
+        if applied.is_some_and(|synced| synced.digest == batch.digest()) {
+            return Ok(Counts {
+                skipped: batch.len() as u64,
+                collapsed: batch.collapsed(),
+                ..Counts::default()
+            });
+        }
+    }
     let mut counts = store.apply(&batch).await?;
     if counts.applied() != batch.len() as u64 {
         return Err(Error::backend(
@@ -123,18 +168,19 @@ where
             ),
         ));
     }
-    counts.collapsed = collapsed;
+    counts.collapsed = batch.collapsed();
     Ok(counts)
 }
 
-/// Validates and collapses; returns the batch and the number of duplicates
-/// dropped. `now` gives a replace its `as_of` when the options have none.
+/// Validates and collapses into a batch. `now` gives a replace its `as_of`
+/// when the options have none.
 pub(crate) fn prepare(
     day: NaiveDate,
     mut records: Vec<Record>,
     options: WriteOptions,
+    stamp: SyncStamp,
     now: impl FnOnce() -> DateTime<Utc>,
-) -> Result<(Batch, u64)> {
+) -> Result<Batch> {
     for record in &records {
         record.validate()?;
         if options.event_dates == EventDates::Strict && record.event_date() != day {
@@ -157,8 +203,15 @@ pub(crate) fn prepare(
     records.dedup_by(|later, first| later.key() == first.key());
     let collapsed = (before - records.len()) as u64;
     let as_of = options.as_of.unwrap_or_else(now);
-    let batch = Batch::new(day, options.mode, as_of, options.guard, records);
-    Ok((batch, collapsed))
+    Ok(Batch::new(
+        day,
+        options.mode,
+        as_of,
+        options.guard,
+        records,
+        collapsed,
+        stamp,
+    ))
 }
 
 #[cfg(test)]
@@ -179,9 +232,12 @@ mod tests {
         for rotation in 0..versions.len() {
             let mut records = versions.to_vec();
             records.rotate_left(rotation);
-            let (batch, collapsed) =
-                prepare(day, records, WriteOptions::default(), Utc::now).unwrap();
-            assert_eq!(collapsed, 2);
+            let stamp = SyncStamp {
+                at: Utc::now(),
+                run_id: None,
+            };
+            let batch = prepare(day, records, WriteOptions::default(), stamp, Utc::now).unwrap();
+            assert_eq!(batch.collapsed(), 2);
             let kept: Vec<_> = batch
                 .records()
                 .iter()

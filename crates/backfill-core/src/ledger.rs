@@ -1,0 +1,293 @@
+//! The day ledger: which days are synced, which failed and which never ran,
+//! kept by every store beside its records and written in the same
+//! transaction as a day's rows (SPEC §7), so it cannot drift from them.
+
+use std::fmt;
+
+use chrono::{DateTime, NaiveDate, Utc};
+
+use crate::store::{Counts, Mode};
+
+/// The longest error text a ledger keeps for a failed day, in bytes; a
+/// longer one is cut at a character boundary and marked with `…`.
+pub const MAX_ERROR_BYTES: usize = 4096;
+
+/// The identity of one run of a job: in its reports, events, tracing spans
+/// and the ledger rows it writes, so a person can find which run wrote a
+/// day. A UUIDv7: unique, and sorting by time.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize), serde(transparent))]
+pub struct RunId(String);
+
+impl RunId {
+    /// A new, unique id.
+    pub fn new() -> Self {
+        Self(uuid::Uuid::now_v7().to_string())
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for RunId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for RunId {
+    /// An id read back from a store, or chosen by the caller (an
+    /// orchestrator's own run id).
+    fn from(id: String) -> Self {
+        Self(id)
+    }
+}
+
+/// A digest of a collapsed batch — its keys, versions and tombstones — by
+/// which a job can tell that a day's fetch is the one already applied
+/// (128-bit XXH3; it detects change, it is not a signature).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Digest([u8; 16]);
+
+impl Digest {
+    /// The digest's bytes.
+    pub fn to_bytes(self) -> [u8; 16] {
+        self.0
+    }
+
+    /// A digest from its bytes.
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
+        Self(bytes)
+    }
+
+    /// A digest from its 32-character lowercase hex text (as `Display`
+    /// writes it), or `None`.
+    pub fn from_hex(hex: &str) -> Option<Self> {
+        if hex.len() != 32 {
+            return None;
+        }
+        let mut bytes = [0u8; 16];
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(Self(bytes))
+    }
+
+    /// The digest of records already sorted by key with unique keys.
+    pub(crate) fn of(records: &[crate::Record]) -> Self {
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        for r in records {
+            // Lengths first, so that no two different batches run together
+            // into the same bytes.
+            hasher.update(&(r.key().len() as u64).to_le_bytes());
+            hasher.update(r.key().as_bytes());
+            hasher.update(&r.event_date().to_string().into_bytes());
+            hasher.update(&r.updated_at().timestamp_micros().to_le_bytes());
+            hasher.update(&[u8::from(r.is_deleted())]);
+            hasher.update(&(r.value().len() as u64).to_le_bytes());
+            hasher.update(r.value().as_bytes());
+        }
+        Self(hasher.digest128().to_be_bytes())
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for byte in self.0 {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for Digest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// The last successful apply of a day.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct SyncedDay {
+    /// When it committed, by the job's clock.
+    pub at: DateTime<Utc>,
+    /// The run that applied it (`None` for a direct `upsert` without one).
+    pub run_id: Option<RunId>,
+    /// Merge or replace.
+    pub mode: Mode,
+    /// A replace's `as_of`.
+    pub as_of: Option<DateTime<Utc>>,
+    /// The digest of the batch applied.
+    pub digest: Digest,
+    /// What the apply did.
+    pub counts: Counts,
+}
+
+/// A day's last failure after its last success.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct DayFailure {
+    /// When the last attempt failed, by the job's clock.
+    pub at: DateTime<Utc>,
+    /// The run it failed in.
+    pub run_id: Option<RunId>,
+    /// Attempts made in that run.
+    pub attempts: u32,
+    /// The last error, as text, at most [`MAX_ERROR_BYTES`].
+    pub error: String,
+}
+
+impl DayFailure {
+    /// A failure at `at` after `attempts`, its error text bounded to
+    /// [`MAX_ERROR_BYTES`].
+    pub fn new(at: DateTime<Utc>, run_id: Option<RunId>, attempts: u32, error: &str) -> Self {
+        let error = if error.len() <= MAX_ERROR_BYTES {
+            error.to_owned()
+        } else {
+            let mut end = MAX_ERROR_BYTES - '…'.len_utf8();
+            while !error.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{}…", &error[..end])
+        };
+        Self {
+            at,
+            run_id,
+            attempts,
+            error,
+        }
+    }
+}
+
+/// A day in a store's ledger. A day with no entry has never been synced.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct LedgerEntry {
+    /// The day.
+    pub day: NaiveDate,
+    /// Its last successful apply, if any.
+    pub synced: Option<SyncedDay>,
+    /// Its last failure after its last success, if any.
+    pub failure: Option<DayFailure>,
+    /// The latest `as_of` of any listing applied for the day.
+    pub listing_watermark: Option<DateTime<Utc>>,
+}
+
+impl LedgerEntry {
+    /// An entry for `day` with nothing recorded yet.
+    pub fn new(day: NaiveDate) -> Self {
+        Self {
+            day,
+            synced: None,
+            failure: None,
+            listing_watermark: None,
+        }
+    }
+
+    /// Whether the day is synced or failed (an entry with neither reads as
+    /// missing).
+    pub fn state(&self) -> DayState {
+        match (&self.synced, &self.failure) {
+            (_, Some(_)) => DayState::Failed,
+            (Some(_), None) => DayState::Synced,
+            (None, None) => DayState::Missing,
+        }
+    }
+}
+
+/// Where a day stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(rename_all = "snake_case")
+)]
+pub enum DayState {
+    /// Never synced: no success and no failure recorded.
+    Missing,
+    /// Its last attempt succeeded (possibly with 0 records).
+    Synced,
+    /// It failed after its last success, or never succeeded.
+    Failed,
+}
+
+impl fmt::Display for DayState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DayState::Missing => "missing",
+            DayState::Synced => "synced",
+            DayState::Failed => "failed",
+        })
+    }
+}
+
+/// Who applies a batch and when, for its ledger row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncStamp {
+    /// When the apply happens, by the job's clock.
+    pub at: DateTime<Utc>,
+    /// The run applying it.
+    pub run_id: Option<RunId>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Record;
+
+    #[test]
+    fn digests_change_with_any_byte_and_round_trip_as_hex() {
+        let day = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
+        let at = day.and_hms_opt(1, 0, 0).unwrap().and_utc();
+        let a = [Record::new("k", day, "v", at).unwrap()];
+        let b = [Record::new("k", day, "w", at).unwrap()];
+        let gone = [Record::tombstone("k", day, at).unwrap()];
+        let split = [Record::new("kv", day, "", at).unwrap()];
+        let all = [
+            Digest::of(&a),
+            Digest::of(&b),
+            Digest::of(&gone),
+            Digest::of(&split),
+        ];
+        for (i, x) in all.iter().enumerate() {
+            for y in &all[i + 1..] {
+                assert_ne!(x, y);
+            }
+        }
+        assert_eq!(Digest::of(&a), Digest::of(&a.clone()));
+        let hex = Digest::of(&a).to_string();
+        assert_eq!(hex.len(), 32);
+        assert_eq!(Digest::from_hex(&hex), Some(Digest::of(&a)));
+        assert_eq!(Digest::from_hex("zz"), None);
+    }
+
+    #[test]
+    fn failures_keep_a_bounded_error() {
+        let at = Utc::now();
+        let long = "é".repeat(MAX_ERROR_BYTES);
+        let f = DayFailure::new(at, None, 3, &long);
+        assert!(f.error.len() <= MAX_ERROR_BYTES && f.error.ends_with('…'));
+        assert_eq!(DayFailure::new(at, None, 1, "503").error, "503");
+    }
+
+    #[test]
+    fn run_ids_are_unique_and_sort_by_time() {
+        let a = RunId::new();
+        let b = RunId::new();
+        assert_ne!(a, b);
+        assert!(a < b);
+    }
+}
