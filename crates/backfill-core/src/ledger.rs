@@ -81,8 +81,10 @@ impl Digest {
         Some(Self(bytes))
     }
 
-    /// The digest of records already sorted by key with unique keys.
-    pub(crate) fn of(records: &[crate::Record]) -> Self {
+    /// The digest of a batch's records, sorted by key with unique keys (as
+    /// a [`Batch`](crate::Batch) holds them, and as a day's rows read back
+    /// from a store come).
+    pub fn of(records: &[crate::Record]) -> Self {
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
         for r in records {
             // Lengths first, so that no two different batches run together
@@ -226,7 +228,7 @@ pub enum DayState {
 
 impl fmt::Display for DayState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+        f.pad(match self {
             DayState::Missing => "missing",
             DayState::Synced => "synced",
             DayState::Failed => "failed",

@@ -72,8 +72,8 @@ pub mod conformance;
 pub use error::{BoxError, Error, Field, Problem, Result, Transient};
 pub use fetch::{Fetch, Fetched};
 pub use job::{
-    backfill, sync_day, BackfillError, Clock, DayReport, Event, FailedDay, FixedClock, Job, Retry,
-    RunReport, SystemClock,
+    backfill, sync_day, BackfillError, Clock, DayReport, DayStatus, Event, FailedDay, FixedClock,
+    Job, NotSelected, Retry, RunReport, Select, Status, SystemClock,
 };
 pub use ledger::{
     DayFailure, DayState, Digest, LedgerEntry, RunId, SyncStamp, SyncedDay, MAX_ERROR_BYTES,

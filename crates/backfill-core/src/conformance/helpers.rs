@@ -78,6 +78,7 @@ pub(super) fn counts(
         stale,
         deleted,
         unlisted: 0,
+        skipped: 0,
         collapsed: 0,
     }
 }

@@ -12,6 +12,7 @@
 //!   reads ([`insert_into_empty`], [`stale_version_is_skipped`], …);
 //! - `deletes.rs`: tombstones, listings, the watermark, the guard, purge
 //!   ([`listings_commute`], …);
+//! - `ledger.rs`: the day ledger ([`ledger_row_commits_with_the_rows`], …);
 //! - `job.rs`: the job engine through a store: backfills, retries, failures
 //!   and cancellation leave whole days ([`same_range_twice`], …);
 //! - `property.rs`: generated scenarios that shrink to a readable failure
@@ -32,11 +33,13 @@
 mod deletes;
 mod helpers;
 mod job;
+mod ledger;
 mod property;
 mod store;
 
 pub use self::deletes::*;
 pub use self::job::*;
+pub use self::ledger::*;
 pub use self::property::*;
 pub use self::store::*;
 
@@ -109,6 +112,14 @@ macro_rules! conformance_tests {
             purge_removes_old_tombstones_and_reopens_the_door,
             reads_see_live_rows_only,
             deletes_match_the_reference_store,
+            // ledger.rs: the day ledger
+            ledger_row_says_what_the_apply_did,
+            ledger_row_commits_with_the_rows,
+            missing_empty_and_failed_days_differ,
+            failure_then_success_clears_it,
+            concurrent_runs_of_a_day_leave_one_consistent_row,
+            unchanged_batches_are_skipped_by_digest,
+            job_records_failures_and_dry_runs_write_nothing,
             // job.rs: the engine through a store
             same_range_twice,
             daily_then_weekly_equals_weekly_alone,
@@ -186,6 +197,7 @@ mod tests {
         let sources = [
             include_str!("store.rs"),
             include_str!("deletes.rs"),
+            include_str!("ledger.rs"),
             include_str!("job.rs"),
             include_str!("property.rs"),
         ];

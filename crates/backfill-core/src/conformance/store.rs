@@ -6,6 +6,7 @@ use futures_util::future::join_all;
 
 use super::helpers::*;
 use crate::error::{Error, Field, Problem};
+use crate::ledger::SyncStamp;
 use crate::record::{Record, MAX_KEY_BYTES};
 use crate::store::{Batch, Counts, Mode, ReplaceGuard, Store};
 use crate::write::{upsert, EventDates, WriteOptions};
@@ -307,7 +308,19 @@ pub async fn failure_mid_batch_leaves_nothing(store: &dyn Store) {
             rec("atomic/c", day(30), "v1", at(1)),
             refused.clone(),
         ];
-        let batch = Batch::new(day(30), mode, at(100), ReplaceGuard::off(), records);
+        let stamp = SyncStamp {
+            at: at(100),
+            run_id: None,
+        };
+        let batch = Batch::new(
+            day(30),
+            mode,
+            at(100),
+            ReplaceGuard::off(),
+            records,
+            0,
+            stamp,
+        );
         let result = store.apply(&batch).await;
         assert!(
             result.is_err(),
@@ -318,6 +331,13 @@ pub async fn failure_mid_batch_leaves_nothing(store: &dyn Store) {
             rows(store).await,
             before,
             "{mode:?}: a failed batch must leave nothing"
+        );
+        let ledger = store.ledger(day(30)..=day(30)).await.unwrap();
+        assert!(
+            ledger
+                .iter()
+                .all(|e| e.synced.as_ref().is_some_and(|s| s.counts.inserted == 2)),
+            "{mode:?}: a failed batch must leave its ledger row as it was: {ledger:?}"
         );
     }
     let c = apply(store, day(30), vec![rec("atomic/a", day(30), "v1", at(1))]).await;

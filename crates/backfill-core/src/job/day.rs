@@ -14,8 +14,9 @@ use super::report::DayReport;
 use super::Job;
 use crate::error::{BoxError, Error, Result};
 use crate::fetch::Fetch;
+use crate::ledger::{DayFailure, RunId, SyncStamp};
 use crate::store::{Counts, Store};
-use crate::write::upsert;
+use crate::write::upsert_stamped;
 
 impl Job {
     /// One day, with retries; on failure, the last error and the attempts.
@@ -24,6 +25,7 @@ impl Job {
         store: &S,
         fetch: &F,
         day: NaiveDate,
+        run_id: &RunId,
     ) -> Result<DayReport, (Error, u32)>
     where
         S: Store + ?Sized,
@@ -32,12 +34,14 @@ impl Job {
         let span = tracing::info_span!(
             "day",
             day = %day,
+            run_id = %run_id,
             attempts = tracing::field::Empty,
             inserted = tracing::field::Empty,
             updated = tracing::field::Empty,
             unchanged = tracing::field::Empty,
             stale = tracing::field::Empty,
             deleted = tracing::field::Empty,
+            skipped = tracing::field::Empty,
         );
         let started = Instant::now();
         let mut attempt = 0;
@@ -45,7 +49,7 @@ impl Job {
             loop {
                 attempt += 1;
                 self.emit(Event::DayStarted { day, attempt });
-                match self.attempt(store, fetch, day).await {
+                match self.attempt(store, fetch, day, run_id).await {
                     Ok(counts) => {
                         let span = tracing::Span::current();
                         span.record("attempts", attempt);
@@ -54,6 +58,7 @@ impl Job {
                         span.record("unchanged", counts.unchanged);
                         span.record("stale", counts.stale);
                         span.record("deleted", counts.deleted);
+                        span.record("skipped", counts.skipped);
                         tracing::info!("day synced");
                         let mut report = DayReport::new(day, counts);
                         report.attempts = attempt;
@@ -75,6 +80,17 @@ impl Job {
                     Err(error) => {
                         tracing::Span::current().record("attempts", attempt);
                         tracing::error!(attempt, %error, "day failed");
+                        // In its own transaction; if that fails too, the
+                        // day's own error is still the one reported.
+                        let failure = DayFailure::new(
+                            self.clock.now(),
+                            Some(run_id.clone()),
+                            attempt,
+                            &error.to_string(),
+                        );
+                        if let Err(ledger) = store.record_failure(day, &failure).await {
+                            tracing::warn!(%ledger, "could not record the failure in the ledger");
+                        }
                         self.emit(Event::DayFailed {
                             day,
                             attempts: attempt,
@@ -91,7 +107,13 @@ impl Job {
 
     /// One attempt: fetch, then the one write path. A panic in either is
     /// caught and becomes this day's error.
-    async fn attempt<S, F>(&self, store: &S, fetch: &F, day: NaiveDate) -> Result<Counts>
+    async fn attempt<S, F>(
+        &self,
+        store: &S,
+        fetch: &F,
+        day: NaiveDate,
+        run_id: &RunId,
+    ) -> Result<Counts>
     where
         S: Store + ?Sized,
         F: Fetch + ?Sized,
@@ -106,7 +128,11 @@ impl Job {
                 .map_err(|source| fetch_error(day, source))?
                 .into_parts();
             let options = self.write.as_of(as_of.unwrap_or(started));
-            upsert(store, day, records, options).await
+            let stamp = SyncStamp {
+                at: self.clock.now(),
+                run_id: Some(run_id.clone()),
+            };
+            upsert_stamped(store, day, records, options, stamp).await
         };
         let work = AssertUnwindSafe(work).catch_unwind();
         let outcome = match self.day_timeout {

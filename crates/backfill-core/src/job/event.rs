@@ -7,6 +7,7 @@ use chrono::NaiveDate;
 
 use super::report::{DayReport, RunReport};
 use crate::error::Error;
+use crate::ledger::RunId;
 
 /// The function given to [`Job::observer`](super::Job::observer).
 pub(super) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
@@ -18,6 +19,8 @@ pub(super) type Observer = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
 pub enum Event<'a> {
     /// A backfill is about to run these days, in this order.
     RunStarted {
+        /// The run's id, also in its report and ledger rows.
+        run_id: &'a RunId,
         /// The planned days.
         days: &'a [NaiveDate],
     },

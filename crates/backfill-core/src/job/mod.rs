@@ -7,13 +7,16 @@
 //! - `event.rs`: the [`Event`]s an observer sees;
 //! - `day.rs`: running one day (attempts, timeout, panic capture);
 //! - `report.rs`: [`DayReport`], [`FailedDay`], [`RunReport`],
-//!   [`BackfillError`].
+//!   [`BackfillError`];
+//! - `select.rs`: choosing days by the ledger ([`Select`]) and where days
+//!   stand ([`Status`]).
 
 mod clock;
 mod day;
 mod event;
 mod report;
 mod retry;
+mod select;
 
 use std::fmt;
 use std::ops::RangeInclusive;
@@ -27,6 +30,7 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::fetch::Fetch;
+use crate::ledger::{DayState, LedgerEntry, RunId};
 use crate::store::{Mode, ReplaceGuard, Store};
 use crate::write::{EventDates, WriteOptions};
 
@@ -37,6 +41,7 @@ pub use self::clock::{Clock, FixedClock, SystemClock};
 pub use self::event::Event;
 pub use self::report::{BackfillError, DayReport, FailedDay, RunReport};
 pub use self::retry::Retry;
+pub use self::select::{DayStatus, NotSelected, Select, Status};
 
 /// A configured job: the one object behind the daily sync and the backfill,
 /// so both run with the same clock, time zone, write options, retries and
@@ -84,6 +89,8 @@ pub struct Job {
     day_timeout: Option<Duration>,
     dry_run: bool,
     observer: Option<Observer>,
+    select: Select,
+    run_id: Option<RunId>,
 }
 
 impl Default for Job {
@@ -104,6 +111,8 @@ impl fmt::Debug for Job {
             .field("day_timeout", &self.day_timeout)
             .field("dry_run", &self.dry_run)
             .field("observer", &self.observer.is_some())
+            .field("select", &self.select)
+            .field("run_id", &self.run_id)
             .finish()
     }
 }
@@ -123,6 +132,8 @@ impl Job {
             day_timeout: None,
             dry_run: false,
             observer: None,
+            select: Select::All,
+            run_id: None,
         }
     }
 
@@ -147,6 +158,32 @@ impl Job {
     /// [`Fetched::as_of`](crate::Fetched::as_of) it returns).
     pub fn mode(mut self, mode: Mode) -> Self {
         self.write.mode = mode;
+        self
+    }
+
+    /// Which days of a range [`Job::backfill`] and [`Job::sync_with_lookback`]
+    /// run, by the store's ledger (default [`Select::All`]). Choosing days
+    /// never changes what a day's sync does; the run report lists the days
+    /// not selected and why. [`Job::sync_day`] always runs its day.
+    pub fn select(mut self, select: Select) -> Self {
+        self.select = select;
+        self
+    }
+
+    /// In merge mode, skips the write of a day whose fetched batch has the
+    /// digest of that day's last successful apply: nothing is read from
+    /// the table or written, the day is reported with its records counted
+    /// `skipped` (default false). Never in replace mode. See
+    /// [`WriteOptions::skip_unchanged`](crate::WriteOptions::skip_unchanged).
+    pub fn skip_unchanged(mut self, skip: bool) -> Self {
+        self.write.skip_unchanged = skip;
+        self
+    }
+
+    /// Runs under this id (an orchestrator's own run id, say) instead of a
+    /// new [`RunId`] per run.
+    pub fn run_id(mut self, run_id: impl Into<RunId>) -> Self {
+        self.run_id = Some(run_id.into());
         self
     }
 
@@ -254,7 +291,8 @@ impl Job {
             report.dry_run = true;
             return Ok(report);
         }
-        self.run_day(store, fetch, day)
+        let run_id = self.run_id.clone().unwrap_or_default();
+        self.run_day(store, fetch, day, &run_id)
             .await
             .map_err(|(error, _)| error)
     }
@@ -329,26 +367,107 @@ impl Job {
         F: Fetch + ?Sized,
     {
         let planned = self.plan(days)?;
+        let run_id = self.run_id.clone().unwrap_or_default();
         let span = tracing::info_span!(
             "backfill",
+            run_id = %run_id,
             start = %planned[0],
             end = %planned[planned.len() - 1],
             days = planned.len(),
             concurrency = self.concurrency,
             dry_run = self.dry_run,
         );
-        self.run(store, fetch, planned).instrument(span).await
+        async {
+            let (planned, not_selected) = self.selection(store, planned).await?;
+            self.run(store, fetch, run_id, planned, not_selected).await
+        }
+        .instrument(span)
+        .await
     }
 
-    async fn run<S, F>(&self, store: &S, fetch: &F, planned: Vec<NaiveDate>) -> Result<RunReport>
+    /// The days of `planned` the job's [`Select`] picks, by the store's
+    /// ledger, and the others with why.
+    async fn selection<S>(
+        &self,
+        store: &S,
+        planned: Vec<NaiveDate>,
+    ) -> Result<(Vec<NaiveDate>, Vec<NotSelected>)>
+    where
+        S: Store + ?Sized,
+    {
+        if self.select == Select::All || planned.is_empty() {
+            return Ok((planned, Vec::new()));
+        }
+        let range = planned[0]..=planned[planned.len() - 1];
+        let ledger: std::collections::HashMap<NaiveDate, LedgerEntry> = store
+            .ledger(range)
+            .await?
+            .into_iter()
+            .map(|entry| (entry.day, entry))
+            .collect();
+        let (mut chosen, mut left) = (Vec::new(), Vec::new());
+        for day in planned {
+            let entry = ledger.get(&day);
+            if self.select.picks(entry) {
+                chosen.push(day);
+            } else {
+                left.push(NotSelected {
+                    day,
+                    state: entry.map_or(DayState::Missing, LedgerEntry::state),
+                    synced_at: entry.and_then(|e| e.synced.as_ref()).map(|s| s.at),
+                });
+            }
+        }
+        Ok((chosen, left))
+    }
+
+    /// Where every day of `days` stands, by the store's ledger.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidRange`] if the range is inverted; the store's error
+    /// if its ledger cannot be read.
+    pub async fn status<S>(&self, store: &S, days: RangeInclusive<NaiveDate>) -> Result<Status>
+    where
+        S: Store + ?Sized,
+    {
+        let planned = self.plan(days)?;
+        let range = planned[0]..=planned[planned.len() - 1];
+        let mut ledger = store.ledger(range).await?.into_iter().peekable();
+        let mut status = Status::default();
+        for day in planned {
+            let entry = ledger.next_if(|e| e.day == day);
+            status.days.push(DayStatus {
+                day,
+                state: entry.as_ref().map_or(DayState::Missing, LedgerEntry::state),
+                entry,
+            });
+        }
+        Ok(status)
+    }
+
+    async fn run<S, F>(
+        &self,
+        store: &S,
+        fetch: &F,
+        run_id: RunId,
+        planned: Vec<NaiveDate>,
+        not_selected: Vec<NotSelected>,
+    ) -> Result<RunReport>
     where
         S: Store + ?Sized,
         F: Fetch + ?Sized,
     {
         let started = Instant::now();
-        self.emit(Event::RunStarted { days: &planned });
+        self.emit(Event::RunStarted {
+            run_id: &run_id,
+            days: &planned,
+        });
         let mut report = RunReport::new(planned);
+        report.run_id = Some(run_id.clone());
+        report.not_selected = not_selected;
         report.dry_run = self.dry_run;
+        let run_id = &run_id;
         if self.dry_run {
             tracing::info!(
                 days = report.planned.len(),
@@ -365,7 +484,7 @@ impl Job {
                 if stop.load(Ordering::SeqCst) {
                     return Outcome::Skipped(day);
                 }
-                match self.run_day(store, fetch, day).await {
+                match self.run_day(store, fetch, day, run_id).await {
                     Ok(day_report) => Outcome::Done(day_report),
                     Err((error, attempts)) => {
                         if self.fail_fast {

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use chrono::NaiveDate;
 
+use super::select::NotSelected;
 use crate::error::Error;
+use crate::ledger::RunId;
 use crate::store::Counts;
 
 #[cfg(feature = "serde")]
@@ -105,8 +107,15 @@ impl fmt::Display for FailedDay {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct RunReport {
-    /// Every day of the range, in order.
+    /// The run's id, in its events, spans and ledger rows (`None` only for
+    /// a report built by hand).
+    pub run_id: Option<RunId>,
+    /// The days the run set out to sync, in order: every day of the range,
+    /// or those its [`Select`](super::Select) picked.
     pub planned: Vec<NaiveDate>,
+    /// The days of the range its [`Select`](super::Select) left out, and
+    /// why, in order.
+    pub not_selected: Vec<NotSelected>,
     /// One report per synced day, in day order.
     pub days: Vec<DayReport>,
     /// The days that failed, in day order.
@@ -162,6 +171,9 @@ impl fmt::Display for RunReport {
             for day in &self.planned {
                 write!(f, " {day}")?;
             }
+            if !self.not_selected.is_empty() {
+                write!(f, "\n{}", NotSelectedSummary(&self.not_selected))?;
+            }
             return Ok(());
         }
         writeln!(
@@ -201,13 +213,12 @@ impl fmt::Display for RunReport {
             while let Some(failure) = failed.next_if(|x| x.day < day.day) {
                 writeln!(f, "{failure}")?;
             }
-            line(
-                f,
-                &day.day.to_string(),
-                &day.counts,
-                day.attempts,
-                day.elapsed,
-            )?;
+            let label = if day.counts.skipped > 0 {
+                format!("{} =", day.day)
+            } else {
+                day.day.to_string()
+            };
+            line(f, &label, &day.counts, day.attempts, day.elapsed)?;
         }
         for failure in failed {
             writeln!(f, "{failure}")?;
@@ -217,6 +228,19 @@ impl fmt::Display for RunReport {
         }
         let attempts = self.days.iter().map(|d| d.attempts).sum();
         line(f, "total", &self.totals(), attempts, self.elapsed)?;
+        if !self.not_selected.is_empty() {
+            writeln!(f, "{}", NotSelectedSummary(&self.not_selected))?;
+        }
+        let unchanged_days = self.days.iter().filter(|d| d.counts.skipped > 0).count();
+        if unchanged_days > 0 {
+            writeln!(
+                f,
+                "= {unchanged_days} days skipped: same digest as their last sync, nothing read or written"
+            )?;
+        }
+        if let Some(run_id) = &self.run_id {
+            writeln!(f, "run {run_id}")?;
+        }
         write!(
             f,
             "{} of {} days synced, rows written: {}",
@@ -224,6 +248,24 @@ impl fmt::Display for RunReport {
             self.planned.len(),
             self.totals().written()
         )
+    }
+}
+
+/// One line for the days a run left out: how many, by state.
+struct NotSelectedSummary<'a>(&'a [NotSelected]);
+
+impl fmt::Display for NotSelectedSummary<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::ledger::DayState;
+        write!(f, "not selected: {} days", self.0.len())?;
+        let mut parts = Vec::new();
+        for state in [DayState::Synced, DayState::Failed, DayState::Missing] {
+            let n = self.0.iter().filter(|d| d.state == state).count();
+            if n > 0 {
+                parts.push(format!("{n} {state}"));
+            }
+        }
+        write!(f, " ({})", parts.join(", "))
     }
 }
 

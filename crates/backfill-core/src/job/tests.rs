@@ -6,11 +6,13 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, NaiveDate, TimeZone, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, TimeZone, Utc};
 use chrono_tz::Tz;
 
 use super::*;
-use crate::{BoxError, Counts, Fetched, MemoryStore, Mode, Record, ReplaceGuard, Store, Transient};
+use crate::{
+    BoxError, Counts, DayState, Fetched, MemoryStore, Mode, Record, ReplaceGuard, Store, Transient,
+};
 
 fn utc(y: i32, m: u32, d: u32, h: u32, min: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(y, m, d, h, min, 0).unwrap()
@@ -75,7 +77,7 @@ async fn observer_sees_every_event_in_order_for_a_day() {
         .retry(Retry::default().backoff(Duration::ZERO, Duration::ZERO))
         .observer(move |event| {
             let line = match event {
-                Event::RunStarted { days } => format!("run {}", days.len()),
+                Event::RunStarted { days, .. } => format!("run {}", days.len()),
                 Event::DayStarted { day, attempt } => format!("start {day} #{attempt}"),
                 Event::DayRetrying { day, attempt, .. } => format!("retry {day} #{attempt}"),
                 Event::DayFinished { report } => {
@@ -445,4 +447,147 @@ async fn a_refused_replace_fails_its_day_without_retries() {
     let report = allowed.sync_day(&store, &empty, d).await.unwrap();
     assert_eq!((report.counts.deleted, report.counts.unlisted), (3, 3));
     assert!(store.day_rows(d).await.unwrap().is_empty());
+}
+
+/// Days 1-2 of July synced on the 20th, 3-4 synced on the 25th, 5 failed
+/// after a success, 6 failed without one, 7-10 never run.
+async fn ledger_fixture() -> MemoryStore {
+    let d = |n| date(2026, 7, n);
+    let store = MemoryStore::new();
+    let ok = |day: NaiveDate| std::future::ready(Ok::<_, Transient>(records_of(day, 2)));
+    let at = |now| Job::new().clock(FixedClock(now));
+    at(utc(2026, 7, 20, 0, 0))
+        .backfill(&store, &ok, d(1)..=d(2))
+        .await
+        .unwrap();
+    at(utc(2026, 7, 25, 0, 0))
+        .backfill(&store, &ok, d(3)..=d(5))
+        .await
+        .unwrap();
+    let broken =
+        |_: NaiveDate| std::future::ready(Err::<Vec<Record>, _>(std::io::Error::other("down")));
+    let failing = at(utc(2026, 7, 25, 0, 0)).retry(Retry::none());
+    assert!(failing
+        .backfill(&store, &broken, d(5)..=d(6))
+        .await
+        .is_err());
+    store
+}
+
+/// Each selector runs exactly the days it names, at concurrency 1 and 8,
+/// over a range with missing, failed and synced days; the report lists the
+/// others with their state, and a dry run shows the same selection.
+#[tokio::test]
+async fn selectors_run_exactly_their_days() {
+    let d = |n| date(2026, 7, n);
+    let cases = [
+        (Select::All, (1..=10).collect::<Vec<u32>>()),
+        (Select::Missing, vec![7, 8, 9, 10]),
+        (Select::MissingOrFailed, vec![5, 6, 7, 8, 9, 10]),
+        (
+            Select::NotSyncedSince(utc(2026, 7, 22, 0, 0)),
+            vec![1, 2, 5, 6, 7, 8, 9, 10],
+        ),
+    ];
+    for concurrency in [1, 8] {
+        for (select, expected) in &cases {
+            let store = ledger_fixture().await;
+            let expected: Vec<NaiveDate> = expected.iter().copied().map(d).collect();
+            let ran = Arc::new(Mutex::new(Vec::new()));
+            let seen = Arc::clone(&ran);
+            let fetch = move |day: NaiveDate| {
+                seen.lock().unwrap().push(day);
+                std::future::ready(Ok::<_, Transient>(records_of(day, 2)))
+            };
+            let job = Job::new()
+                .clock(FixedClock(utc(2026, 7, 30, 0, 0)))
+                .select(*select)
+                .concurrency(concurrency);
+            let plan = job
+                .clone()
+                .dry_run(true)
+                .backfill(&store, &fetch, d(1)..=d(10))
+                .await
+                .unwrap();
+            assert_eq!(plan.planned, expected, "dry run of {select:?}");
+            assert!(ran.lock().unwrap().is_empty(), "a dry run fetched");
+            let report = job.backfill(&store, &fetch, d(1)..=d(10)).await.unwrap();
+            let mut fetched = ran.lock().unwrap().clone();
+            fetched.sort();
+            assert_eq!(fetched, expected, "{select:?} at concurrency {concurrency}");
+            assert_eq!(report.planned, expected);
+            let left: Vec<_> = report
+                .not_selected
+                .iter()
+                .map(|n| (n.day, n.state))
+                .collect();
+            let expected_left: Vec<_> = (1..=10)
+                .map(d)
+                .filter(|x| !expected.contains(x))
+                .map(|x| {
+                    let state = match x.day() {
+                        1..=4 => DayState::Synced,
+                        5 | 6 => DayState::Failed,
+                        _ => DayState::Missing,
+                    };
+                    (x, state)
+                })
+                .collect();
+            assert_eq!(left, expected_left, "{select:?}");
+            // Selection never changes what a day's sync does: every
+            // selected day is now synced.
+            let status = job.status(&store, d(1)..=d(10)).await.unwrap();
+            for day in &expected {
+                assert_eq!(
+                    status.days[(day.day() - 1) as usize].state,
+                    DayState::Synced
+                );
+            }
+        }
+    }
+}
+
+/// `status` shows every day of a range: synced with details, failed with
+/// attempts and the error, and a run of missing days on one line.
+#[tokio::test]
+async fn status_renders_a_readable_table() {
+    let store = ledger_fixture().await;
+    let status = Job::new()
+        .status(&store, date(2026, 7, 1)..=date(2026, 7, 10))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            status.count(DayState::Synced),
+            status.count(DayState::Failed),
+            status.count(DayState::Missing)
+        ),
+        (4, 2, 4)
+    );
+    let table = status.to_string();
+    let lines: Vec<_> = table.lines().collect();
+    assert!(lines[0].starts_with("day"), "{table}");
+    assert!(
+        lines[1].starts_with("2026-07-01  synced   2026-07-20 00:00:00  merge"),
+        "{table}"
+    );
+    assert!(
+        lines[5].contains("failed")
+            && lines[5].contains("after 1 attempts: fetching 2026-07-05 failed: down"),
+        "{table}"
+    );
+    assert!(
+        lines[7].starts_with("2026-07-07 … 2026-07-10  missing (4 days)"),
+        "{table}"
+    );
+    assert!(
+        table.ends_with("10 days: 4 synced, 2 failed, 4 missing"),
+        "{table}"
+    );
+    #[cfg(feature = "serde")]
+    {
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["days"][0]["state"], "synced");
+        assert_eq!(json["days"][9]["state"], "missing");
+    }
 }
