@@ -100,7 +100,7 @@ impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{:<10}  {:<7}  {:<19}  {:<7}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {}",
+            "{:<10}  {:<7}  {:<19}  {:<7}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  run / last failure",
             "day",
             "state",
             "synced at (UTC)",
@@ -110,7 +110,6 @@ impl fmt::Display for Status {
             "deleted",
             "unchanged",
             "stale",
-            "run / last failure"
         )?;
         let mut days = self.days.iter().peekable();
         while let Some(day) = days.next() {
