@@ -57,7 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .concurrency(8)
         .retry(Retry::default().backoff(Duration::from_millis(50), Duration::from_secs(1)))
         .observer(move |event| match event {
-            Event::RunStarted { days } => observer_bar.set_length(days.len() as u64),
+            Event::RunStarted { days, .. } => observer_bar.set_length(days.len() as u64),
             Event::DayRetrying { day, attempt, .. } => {
                 observer_bar.set_message(format!("retrying {day} (attempt {attempt} failed)"))
             }

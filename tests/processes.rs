@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use backfill::postgres::PostgresStore;
 use backfill::sqlite::SqliteStore;
-use backfill::{Fetched, Job, MemoryStore, Mode, Record, Retry, Store};
+use backfill::{Digest, Fetched, Job, MemoryStore, Mode, Record, Retry, Store};
 use backfill_testkit as testkit;
 use chrono::{Datelike, NaiveDate, TimeZone, Utc};
 use serde_json::{json, Value};
@@ -378,9 +378,38 @@ fn assert_whole_days(rows: &[Record], per_day: usize, context: &str) {
     }
 }
 
+/// Checks, with no writer running, that each day has a synced ledger row
+/// if and only if its rows are in the store, and that the row's digest is
+/// that of exactly those rows: the ledger commits with the day's rows.
+async fn assert_ledger_matches_rows(store: &dyn Store, days: i64, context: &str) {
+    let ledger = store.ledger(day(0)..=day(days - 1)).await.unwrap();
+    for n in 0..days {
+        let rows = store.day_rows(day(n)).await.unwrap();
+        let synced = ledger
+            .iter()
+            .find(|e| e.day == day(n))
+            .and_then(|e| e.synced.as_ref());
+        match synced {
+            Some(synced) => assert_eq!(
+                synced.digest,
+                Digest::of(&rows),
+                "{context}: {} has a ledger row whose digest is not its rows'",
+                day(n)
+            ),
+            None => assert!(
+                rows.is_empty(),
+                "{context}: {} has rows but no ledger row",
+                day(n)
+            ),
+        }
+    }
+}
+
 /// A backfill in a child process, SIGKILLed at a random moment, 20 times
 /// per store while a reader polls; then run to completion. Every poll sees
-/// whole days only, and the end state equals the oracle byte for byte.
+/// whole days only; after every kill each day has a ledger row exactly when
+/// its rows are there, with their digest; the end state equals the oracle
+/// byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_backfills_leave_whole_days_and_converge() {
     const DAYS: i64 = 20;
@@ -405,7 +434,13 @@ async fn killed_backfills_leave_whole_days_and_converge() {
             fetch_ms,
         };
         let (mut polls, mut interrupted) = (0, 0);
-        for seed in seeds(20) {
+        // In increasing order, so each run's versions are the newest (a
+        // replayed BACKFILL_SEED included): a day's ledger digest is then
+        // always that of its rows.
+        let mut ordered = seeds(20);
+        ordered.sort_unstable();
+        ordered.dedup();
+        for seed in ordered {
             let spec = versioned(seed, 15);
             // The run takes ~250 ms; most kills land inside it.
             let kill_after = Duration::from_millis(5 + mix(seed) % 300);
@@ -425,6 +460,7 @@ async fn killed_backfills_leave_whole_days_and_converge() {
             child.kill().unwrap();
             child.wait().unwrap();
             assert_whole_days(&reader.rows().await.unwrap(), PER_DAY as usize, &context);
+            assert_ledger_matches_rows(&*reader, DAYS, &context).await;
         }
         // Kills that land after the child finished prove nothing: most must
         // cut a run short.

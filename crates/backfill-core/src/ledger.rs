@@ -136,6 +136,28 @@ pub struct SyncedDay {
     pub counts: Counts,
 }
 
+impl SyncedDay {
+    /// A day's last successful apply, as a store reads it back from its
+    /// ledger.
+    pub fn new(
+        at: DateTime<Utc>,
+        run_id: Option<RunId>,
+        mode: Mode,
+        as_of: Option<DateTime<Utc>>,
+        digest: Digest,
+        counts: Counts,
+    ) -> Self {
+        Self {
+            at,
+            run_id,
+            mode,
+            as_of,
+            digest,
+            counts,
+        }
+    }
+}
+
 /// A day's last failure after its last success.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -152,9 +174,14 @@ pub struct DayFailure {
 }
 
 impl DayFailure {
-    /// A failure at `at` after `attempts`, its error text bounded to
-    /// [`MAX_ERROR_BYTES`].
+    /// A failure at `at` after `attempts` (at least 1: a lower count is
+    /// taken as 1), its error text bounded to [`MAX_ERROR_BYTES`], any NUL
+    /// character replaced by U+FFFD.
     pub fn new(at: DateTime<Utc>, run_id: Option<RunId>, attempts: u32, error: &str) -> Self {
+        let attempts = attempts.max(1);
+        // A NUL cannot be stored in every store's text; U+FFFD can.
+        let error = error.replace('\0', "\u{FFFD}");
+        let error = error.as_str();
         let error = if error.len() <= MAX_ERROR_BYTES {
             error.to_owned()
         } else {

@@ -311,7 +311,7 @@ fn check(schema: &str, name: &str, found: &Found) -> Result<()> {
     }
     for (relation, table, shape) in [
         (sql::TABLES_TABLE, &found.tables, Shape::Tables),
-        (sql::DAYS_TABLE, &found.days, Shape::Days),
+        (sql::DAYS_TABLE, &found.days, found.days_shape()),
         (name, &found.table, found.table_shape()),
     ] {
         if let Some(table) = table {
@@ -362,6 +362,19 @@ async fn create_or_upgrade(
         tx.batch_execute(&sql::create_days_table(schema))
             .await
             .map_err(ddl)?;
+    } else if found.days_need_ledger() {
+        // The schema's shared `backfill_days` gets the ledger's columns
+        // once: under the lock, the catalog read again shows whether an
+        // open of another records table already added them.
+        tx.batch_execute(&sql::upgrade_days_2_to_3(schema))
+            .await
+            .map_err(|e| {
+                open_error(Upgrade {
+                    table: sql::qualified(schema, sql::DAYS_TABLE),
+                    from: 2,
+                    source: e,
+                })
+            })?;
     }
     match found.table_version() {
         // A table made by someone else in the current shape: registered.
@@ -384,6 +397,9 @@ async fn create_or_upgrade(
                         .batch_execute(&sql::upgrade_1_to_2(schema, name))
                         .await
                         .map_err(upgrade_error)?,
+                    // The records table itself is unchanged: its ledger
+                    // lives in the shared `backfill_days`, upgraded above.
+                    2 => {}
                     _ => unreachable!("no schema version {step}"),
                 }
             }
@@ -443,6 +459,14 @@ fn missing(schema: &str, table: &str, found: &Found) -> String {
              which this store may not do (create_if_missing(false)); open it once with a role \
              that may run DDL on it (its owner) and create_if_missing(true)",
             sql::SCHEMA_VERSION
+        )
+    } else if found.days_need_ledger() {
+        format!(
+            "table {} lacks the columns of the day ledger (schema version 3), {}; add them \
+             with `{}`",
+            sql::qualified(schema, sql::DAYS_TABLE),
+            "and this store may not add them (create_if_missing(false))",
+            sql::upgrade_days_2_to_3(schema)
         )
     } else if found.tables.is_none() || found.days.is_none() {
         let which = if found.tables.is_none() {

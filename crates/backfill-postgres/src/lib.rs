@@ -12,13 +12,13 @@
 //!    the batch's live records, exclusive for a listing's own day (so a
 //!    listing and a batch writing live rows of its day serialize, and no
 //!    two batches wait for each other crosswise). Advisory locks write
-//!    nothing, so a re-run still writes no WAL;
+//!    nothing to the records table;
 //! 2. merges each chunk in one statement that joins it against the table
 //!    and against the day's watermark in `backfill_days`, classifies each
 //!    record by its own version against the stored one (unchanged and older
-//!    rows are not even locked: a re-run writes no row version and no WAL),
-//!    and writes the rest with `INSERT … ON CONFLICT (key) DO UPDATE`, in
-//!    key order, so concurrent writers never deadlock. A live record at or
+//!    rows are not even locked: a re-run writes no row version of the
+//!    records table), and writes the rest with `INSERT … ON CONFLICT (key)
+//!    DO UPDATE`, in key order, so concurrent writers never deadlock. A live record at or
 //!    before the watermark of its `event_date` is written as its own
 //!    tombstone. A row another writer committed after the statement's
 //!    snapshot is never overwritten blindly: it is merged again, judged by
@@ -28,8 +28,16 @@
 //!    their own tombstones with one set-based `UPDATE` per range of the
 //!    listing's keys, in key order, asks the
 //!    [`ReplaceGuard`](backfill_core::ReplaceGuard) (rolling everything back
-//!    if it refuses), and raises the day's watermark, writing nothing when
-//!    it is already as high.
+//!    if it refuses);
+//! 4. writes the day's [ledger](#the-day-ledger) row, last: one
+//!    `INSERT … ON CONFLICT (records_table, day) DO UPDATE` of the day's row
+//!    of `backfill_days`, whatever the batch's size, which also raises a
+//!    listing's watermark to its `as_of` if lower.
+//!
+//! A re-run that changes no record therefore writes exactly one row
+//! version per day: its ledger row in `backfill_days` (a HOT update: no
+//! index is touched), saying when it last synced and by which run; the
+//! records table gets no tuple and no row lock.
 //!
 //! Nothing is physically deleted but by
 //! [`purge_tombstones`](backfill_core::Store::purge_tombstones), a
@@ -49,13 +57,44 @@
 //! [`rows_with_tombstones`](backfill_core::Store::rows_with_tombstones)
 //! shows the tombstones too.
 //!
+//! # The day ledger
+//!
+//! Each day a store has applied has one row in `backfill_days`
+//! (SPEC §7): when its last successful apply committed (`synced_at`, by
+//! the job's clock), which run did it (`run_id`, NULL for a direct
+//! [`upsert`](backfill_core::upsert)), how (`mode`, and `as_of` for a
+//! listing), the `digest` of the batch (32 lowercase hex characters) and
+//! its counts; and the last failure after that success (`failed_at`,
+//! `failed_run_id`, `attempts`, `error`). The success is written in the
+//! apply's own transaction, so the ledger never claims a day whose rows are
+//! not there, nor misses one whose rows are; a refused listing or any
+//! failure writes no ledger row. It clears the failure columns.
+//! [`record_failure`](backfill_core::Store::record_failure) writes the
+//! failure columns alone, in a transaction of its own, keeping the last
+//! success and the watermark (a NUL in the error text, which Postgres text
+//! cannot hold, is kept as U+FFFD). [`ledger`](backfill_core::Store::ledger)
+//! reads the rows of a range of days, in day order:
+//!
+//! ```text
+//! SELECT day, listing_watermark, synced_at, run_id, mode, as_of, digest,
+//!        inserted, updated, unchanged, stale, deleted, unlisted, collapsed,
+//!        failed_at, failed_run_id, attempts, error
+//! FROM "schema".backfill_days
+//! WHERE records_table = 'table' AND day BETWEEN $1 AND $2 ORDER BY day
+//! ```
+//!
+//! Days synced before the upgrade to schema version 3 have no ledger
+//! columns set (only their listing watermark, if any): they read as
+//! missing, and are synced again by a job that syncs missing days.
+//!
 //! # Tables
 //!
 //! A store keeps its records in one table, and shares two metadata tables
 //! with every other store of the same schema: `backfill_tables` (each
 //! records table's schema version) and `backfill_days` (per records table
-//! and day, the listing watermark). Neither name may be used as a records
-//! table. This release creates schema version 2:
+//! and day, the listing watermark and the day ledger). Neither name may be
+//! used as a records table. This release creates schema version 3, which a
+//! migration tool can create itself:
 //!
 //! ```text
 //! CREATE TABLE "schema"."table" (
@@ -76,25 +115,61 @@
 //!     records_table     text COLLATE "C" NOT NULL,
 //!     day               date NOT NULL,
 //!     listing_watermark timestamptz NULL,
+//!     synced_at         timestamptz NULL,
+//!     run_id            text COLLATE "C" NULL,
+//!     mode              text NULL CHECK (mode IN ('merge', 'replace')),
+//!     as_of             timestamptz NULL,
+//!     digest            text NULL CHECK (digest ~ '^[0-9a-f]{32}$'),
+//!     inserted          bigint NULL CHECK (inserted >= 0),
+//!     updated           bigint NULL CHECK (updated >= 0),
+//!     unchanged         bigint NULL CHECK (unchanged >= 0),
+//!     stale             bigint NULL CHECK (stale >= 0),
+//!     deleted           bigint NULL CHECK (deleted >= 0),
+//!     unlisted          bigint NULL CHECK (unlisted >= 0),
+//!     collapsed         bigint NULL CHECK (collapsed >= 0),
+//!     failed_at         timestamptz NULL,
+//!     failed_run_id     text NULL,
+//!     attempts          integer NULL CHECK (attempts >= 1),
+//!     error             text NULL,
 //!     PRIMARY KEY (records_table, day)
 //! );
-//! INSERT INTO "schema".backfill_tables VALUES ('table', 2);
+//! INSERT INTO "schema".backfill_tables VALUES ('table', 3);
 //! ```
+//!
+//! From version 2, a migration tool adds the ledger columns once per schema
+//! (`ALTER TABLE "schema".backfill_days ADD COLUMN synced_at timestamptz
+//! NULL, …`, each as above, in that order) and sets every records table's
+//! `schema_version` to 3.
 //!
 //! Opening a store creates only what is missing, and checks that every
 //! table that exists is exactly the one the store would have created (see
-//! [`TableMismatch`]). A records table of schema version 1 (the release
-//! before tombstones: no `deleted` column, no version row) is upgraded in
-//! place by the first open that may run DDL, under the same lock and in the
-//! same transaction as creation: the column is appended (no rewrite), every
-//! row is kept, live. A version newer than this release's is refused.
+//! [`TableMismatch`]). Older versions are upgraded in place by the first
+//! open that may run DDL, under the same schema-wide advisory lock and in
+//! the same transaction as creation: a records table of version 1 (the
+//! release before tombstones: no `deleted` column, no version row) gets
+//! `deleted` appended (no rewrite; every row is kept, live) and goes on to
+//! version 3; at version 2, the schema's shared `backfill_days` gets the
+//! ledger columns appended (NULL-able, no rewrite; every watermark kept) if
+//! the catalog, read again under the lock, shows it without them — once,
+//! however many records tables share it — and the table's version row is
+//! set to 3. A version newer than this release's is refused, and so is any
+//! table of a schema where one is: so once one table of a schema is
+//! upgraded, the release before this one can no longer open any of them.
 //!
 //! A role with only `SELECT`, `INSERT`, `UPDATE` and `DELETE` on an
 //! existing records table of the current version and on the schema's
-//! `backfill_tables` and `backfill_days` can open it, read and write; so can
-//! a read-only replica, to read. Neither can upgrade a version-1 table: the
-//! open says so, and one open with DDL rights (the table's owner) must run
-//! first.
+//! `backfill_tables` and `backfill_days` can open it, read, write and record
+//! failures; a read-only replica can open it and read its rows and ledger
+//! (recording a failure there is the server's read-only error). Neither can
+//! add columns: a table of version 1, or of version 2 in a schema whose
+//! `backfill_days` lacks the ledger columns, is an
+//! [`Error::Open`](backfill_core::Error::Open) saying that one open with
+//! DDL rights (the table's owner) must run first. (Once that has added
+//! them, for another table of the schema, a version-2 table only needs its
+//! version row raised, which the DML-only role's open does.) With
+//! [`create_if_missing(false)`](PostgresStoreBuilder::create_if_missing)
+//! nothing is ever created or upgraded: any table below version 3 is an
+//! `Error::Open`.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill_core::Result<()> {

@@ -11,16 +11,17 @@ use backfill_core::{MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
 /// The table's columns, in order, as every statement lists them.
 pub(crate) const COLUMNS: &str = "key, event_date, value, updated_at, deleted";
 
-/// The schema version this release creates and writes: 2 = tombstones (the
-/// `deleted` column) and the shared metadata tables. Version 1 is the
+/// The schema version this release creates and writes: 3 = the day ledger
+/// (the ledger columns of `backfill_days`). Version 2 added tombstones (the
+/// `deleted` column) and the shared metadata tables; version 1 is the
 /// records table alone, without `deleted`.
-pub(crate) const SCHEMA_VERSION: i32 = 2;
+pub(crate) const SCHEMA_VERSION: i32 = 3;
 
 /// The shared table, one per schema, that records each records table's
 /// schema version.
 pub(crate) const TABLES_TABLE: &str = "backfill_tables";
-/// The shared table, one per schema, that keeps each records table's days
-/// (the listing watermark; the day ledger next).
+/// The shared table, one per schema, that keeps each records table's days:
+/// the listing watermark and the day ledger.
 pub(crate) const DAYS_TABLE: &str = "backfill_days";
 
 /// `"schema"."table"`.
@@ -99,17 +100,78 @@ pub(crate) fn create_tables_table(schema: &str) -> String {
     )
 }
 
-/// Creates the schema's table of days: per records table and day, the
-/// listing watermark (the latest `as_of` of a listing applied for it).
+/// The columns schema version 3 appends to `backfill_days` for the day
+/// ledger, in order, all NULL-able: `(name, type, CHECK)`. A day's success
+/// is `synced_at` to `collapsed` (all set, or none), its last failure
+/// after it `failed_at` to `error`.
+pub(crate) const LEDGER_COLUMNS: [(&str, &str, Option<&str>); 16] = [
+    ("synced_at", "timestamptz", None),
+    ("run_id", r#"text COLLATE "C""#, None),
+    ("mode", "text", Some("mode IN ('merge', 'replace')")),
+    ("as_of", "timestamptz", None),
+    ("digest", "text", Some("digest ~ '^[0-9a-f]{32}$'")),
+    ("inserted", "bigint", Some("inserted >= 0")),
+    ("updated", "bigint", Some("updated >= 0")),
+    ("unchanged", "bigint", Some("unchanged >= 0")),
+    ("stale", "bigint", Some("stale >= 0")),
+    ("deleted", "bigint", Some("deleted >= 0")),
+    ("unlisted", "bigint", Some("unlisted >= 0")),
+    ("collapsed", "bigint", Some("collapsed >= 0")),
+    ("failed_at", "timestamptz", None),
+    ("failed_run_id", "text", None),
+    ("attempts", "integer", Some("attempts >= 1")),
+    ("error", "text", None),
+];
+
+/// The ledger columns of a success, in order, as [`Statements`] lists
+/// them.
+pub(crate) const LEDGER_SYNCED: &str = "synced_at, run_id, mode, as_of, digest, \
+    inserted, updated, unchanged, stale, deleted, unlisted, collapsed";
+/// The ledger columns of a failure, in order.
+pub(crate) const LEDGER_FAILED: &str = "failed_at, failed_run_id, attempts, error";
+
+/// One ledger column as a column definition.
+fn ledger_column((name, data_type, check): (&str, &str, Option<&str>)) -> String {
+    match check {
+        Some(check) => format!("{name:<17} {data_type} NULL CHECK ({check})"),
+        None => format!("{name:<17} {data_type} NULL"),
+    }
+}
+
+/// Creates the schema's table of days at the current schema version: per
+/// records table and day, the listing watermark (the latest `as_of` of a
+/// listing applied for it) and the day ledger.
 pub(crate) fn create_days_table(schema: &str) -> String {
+    let ledger: String = LEDGER_COLUMNS
+        .into_iter()
+        .map(|c| format!("    {},\n", ledger_column(c)))
+        .collect();
     format!(
         r#"CREATE TABLE IF NOT EXISTS {} (
     records_table     text COLLATE "C" NOT NULL,
     day               date NOT NULL,
     listing_watermark timestamptz NULL,
-    PRIMARY KEY (records_table, day)
+{ledger}    PRIMARY KEY (records_table, day)
 )"#,
         qualified(schema, DAYS_TABLE)
+    )
+}
+
+/// The step of the shared `backfill_days` from schema version 2 to 3: the
+/// ledger columns, appended after `listing_watermark`. All NULL-able
+/// without a default, so nothing is rewritten; every existing day keeps its
+/// watermark and reads as never synced. Run once per schema, under the
+/// creation lock, only when the catalog shows the table without them
+/// (several records tables share it).
+pub(crate) fn upgrade_days_2_to_3(schema: &str) -> String {
+    let columns: Vec<String> = LEDGER_COLUMNS
+        .into_iter()
+        .map(|c| format!("ADD COLUMN {}", ledger_column(c)))
+        .collect();
+    format!(
+        "ALTER TABLE {} {}",
+        qualified(schema, DAYS_TABLE),
+        columns.join(", ")
     )
 }
 
@@ -233,8 +295,17 @@ pub(crate) struct Statements {
     /// is in `[$3, $4)` (NULL: unbounded) but not in `$5` become their own
     /// tombstones.
     pub(crate) unlist: String,
-    /// A listing: raises the watermark of day `$1` to `$2`.
-    pub(crate) raise_watermark: String,
+    /// The day ledger's success, last in an apply's transaction: the row
+    /// of day `$1` synced at `$3` by run `$4` in mode `$5` with digest `$6`
+    /// and counts `$7`–`$13`, its failure cleared, its watermark raised to
+    /// `$2` (a listing's `as_of`; NULL in merge mode) if lower.
+    pub(crate) synced: String,
+    /// The day ledger's failure, in a transaction of its own: day `$1`
+    /// failed at `$2` in run `$3` after `$4` attempts with error `$5`; the
+    /// last success and the watermark are kept.
+    pub(crate) failed: String,
+    /// The ledger rows of days `$1` to `$2`, in day order.
+    pub(crate) ledger: String,
     /// Removes the tombstones older than `$1`.
     pub(crate) purge: String,
 }
@@ -370,19 +441,36 @@ UPDATE {t} AS s SET value = '', deleted = true
 FROM doomed d
 WHERE s.key = d.key AND s.event_date = $1 AND NOT s.deleted AND s.updated_at <= $2"#
             ),
-            // No write when the watermark is already at least `$2`: not
-            // even the row lock an ON CONFLICT DO UPDATE takes when its
-            // WHERE is false. The day's exclusive lock is held, so the
-            // snapshot is the truth.
-            raise_watermark: format!(
+            // One upsert per apply, whatever the batch's size: the whole
+            // row is written at once, so concurrent applies of one day
+            // leave it as the last committer wrote it. `greatest` ignores
+            // NULL: a merge keeps the watermark, a listing raises it.
+            synced: format!(
                 r#"
-INSERT INTO {days} AS w (records_table, day, listing_watermark)
-SELECT {name}, $1::date, $2::timestamptz
-WHERE NOT EXISTS (
-    SELECT 1 FROM {days} o
-    WHERE o.records_table = {name} AND o.day = $1::date AND o.listing_watermark >= $2::timestamptz)
-ON CONFLICT (records_table, day) DO UPDATE SET listing_watermark = EXCLUDED.listing_watermark
-WHERE w.listing_watermark IS NULL OR w.listing_watermark < EXCLUDED.listing_watermark"#
+INSERT INTO {days} AS w (records_table, day, listing_watermark, {LEDGER_SYNCED})
+VALUES ({name}, $1::date, $2::timestamptz, $3::timestamptz, $4::text, $5::text, $2::timestamptz,
+        $6::text, $7::bigint, $8::bigint, $9::bigint, $10::bigint, $11::bigint, $12::bigint,
+        $13::bigint)
+ON CONFLICT (records_table, day) DO UPDATE SET
+    listing_watermark = greatest(w.listing_watermark, EXCLUDED.listing_watermark),
+    synced_at = EXCLUDED.synced_at, run_id = EXCLUDED.run_id, mode = EXCLUDED.mode,
+    as_of = EXCLUDED.as_of, digest = EXCLUDED.digest,
+    inserted = EXCLUDED.inserted, updated = EXCLUDED.updated,
+    unchanged = EXCLUDED.unchanged, stale = EXCLUDED.stale, deleted = EXCLUDED.deleted,
+    unlisted = EXCLUDED.unlisted, collapsed = EXCLUDED.collapsed,
+    failed_at = NULL, failed_run_id = NULL, attempts = NULL, error = NULL"#
+            ),
+            failed: format!(
+                r#"
+INSERT INTO {days} AS w (records_table, day, {LEDGER_FAILED})
+VALUES ({name}, $1::date, $2::timestamptz, $3::text, $4::integer, $5::text)
+ON CONFLICT (records_table, day) DO UPDATE SET
+    failed_at = EXCLUDED.failed_at, failed_run_id = EXCLUDED.failed_run_id,
+    attempts = EXCLUDED.attempts, error = EXCLUDED.error"#
+            ),
+            ledger: format!(
+                "SELECT day, listing_watermark, {LEDGER_SYNCED}, {LEDGER_FAILED} FROM {days} \
+                 WHERE records_table = {name} AND day BETWEEN $1 AND $2 ORDER BY day"
             ),
             purge: format!(
                 r#"
@@ -419,6 +507,21 @@ mod tests {
         assert!(
             upgrade_1_to_2("s", "t").contains("ADD COLUMN deleted boolean NOT NULL DEFAULT false")
         );
+    }
+
+    #[test]
+    fn the_crate_docs_show_the_days_table_this_release_creates() {
+        let docs = include_str!("lib.rs");
+        let ddl = create_days_table("schema");
+        for column in LEDGER_COLUMNS {
+            let line = ledger_column(column);
+            assert!(ddl.contains(&format!("    {line},\n")), "{line}");
+            assert!(docs.contains(&format!("//!     {line},\n")), "{line}");
+            assert!(upgrade_days_2_to_3("s").contains(&format!("ADD COLUMN {line}")));
+        }
+        assert!(docs.contains(&format!(
+            "INSERT INTO \"schema\".backfill_tables VALUES ('table', {SCHEMA_VERSION});"
+        )));
     }
 
     #[test]

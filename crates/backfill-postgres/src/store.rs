@@ -1,10 +1,14 @@
 //! [`PostgresStore`] and its [`Store`] implementation: the one write path.
 
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use backfill_core::{Batch, Counts, Error, Field, Problem, Record, Result, Store};
+use backfill_core::{
+    Batch, Counts, DayFailure, Digest, Error, Field, LedgerEntry, Mode, Problem, Record, Result,
+    RunId, Store, SyncedDay,
+};
 use chrono::{DateTime, NaiveDate, Utc};
 use deadpool_postgres::Pool;
 use tokio_postgres::Row;
@@ -185,11 +189,36 @@ impl Store for PostgresStore {
             }
             counts.deleted += unlisted;
             counts.unlisted = unlisted;
-            // 4. The day's watermark rises to `as_of`, if lower.
-            tx.execute(&self.sql.raise_watermark, &[&batch.day(), &as_of])
-                .await
-                .map_err(pg_error)?;
         }
+        // 4. The day's ledger row, last: synced now, by this run, with these
+        // counts, its failure cleared, and a listing's watermark raised to
+        // its `as_of` if lower. One statement, committed with the rows.
+        let synced = batch.synced(counts);
+        let ledger = tx
+            .prepare_cached(&self.sql.synced)
+            .await
+            .map_err(pg_error)?;
+        let c = &synced.counts;
+        tx.execute(
+            &ledger,
+            &[
+                &batch.day(),
+                &synced.as_of,
+                &synced.at,
+                &synced.run_id.as_ref().map(RunId::as_str),
+                &mode_text(synced.mode)?,
+                &synced.digest.to_string(),
+                &count(c.inserted),
+                &count(c.updated),
+                &count(c.unchanged),
+                &count(c.stale),
+                &count(c.deleted),
+                &count(c.unlisted),
+                &count(c.collapsed),
+            ],
+        )
+        .await
+        .map_err(pg_error)?;
         tx.commit().await.map_err(pg_error)?;
         Ok(counts)
     }
@@ -201,6 +230,124 @@ impl Store for PostgresStore {
             .await
             .map_err(pg_error)
     }
+
+    async fn ledger(&self, days: RangeInclusive<NaiveDate>) -> Result<Vec<LedgerEntry>> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&self.sql.ledger)
+            .await
+            .map_err(pg_error)?;
+        let rows = client
+            .query(&stmt, &[days.start(), days.end()])
+            .await
+            .map_err(pg_error)?;
+        rows.iter().map(into_entry).collect()
+    }
+
+    async fn record_failure(&self, day: NaiveDate, failure: &DayFailure) -> Result<()> {
+        // Postgres text cannot hold NUL; an error message rarely does.
+        let error = failure.error.replace('\0', "\u{FFFD}");
+        let attempts = i32::try_from(failure.attempts).unwrap_or(i32::MAX);
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&self.sql.failed)
+            .await
+            .map_err(pg_error)?;
+        client
+            .execute(
+                &stmt,
+                &[
+                    &day,
+                    &failure.at,
+                    &failure.run_id.as_ref().map(RunId::as_str),
+                    &attempts,
+                    &error,
+                ],
+            )
+            .await
+            .map_err(pg_error)?;
+        Ok(())
+    }
+}
+
+/// A count as the ledger stores it (`bigint`).
+fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A mode as the ledger stores it.
+fn mode_text(mode: Mode) -> Result<&'static str> {
+    match mode {
+        Mode::Merge => Ok("merge"),
+        Mode::Replace => Ok("replace"),
+        other => Err(Error::backend(
+            BACKEND,
+            false,
+            format!("no ledger text for mode {other:?}"),
+        )),
+    }
+}
+
+/// A ledger row, as [`Statements::ledger`](crate::sql::Statements) reads
+/// it: `day, listing_watermark`, the success's columns, the failure's.
+fn into_entry(row: &Row) -> Result<LedgerEntry> {
+    let corrupt = |what: String| Error::backend(BACKEND, false, what);
+    let day: NaiveDate = row.try_get(0).map_err(pg_error)?;
+    let mut entry = LedgerEntry::new(day);
+    entry.listing_watermark = row.try_get(1).map_err(pg_error)?;
+    let synced_at: Option<DateTime<Utc>> = row.try_get(2).map_err(pg_error)?;
+    if let Some(at) = synced_at {
+        let mode: Option<String> = row.try_get(4).map_err(pg_error)?;
+        let mode = match mode.as_deref() {
+            Some("merge") => Mode::Merge,
+            Some("replace") => Mode::Replace,
+            other => return Err(corrupt(format!("ledger row of {day}: mode {other:?}"))),
+        };
+        let digest: Option<String> = row.try_get(6).map_err(pg_error)?;
+        let digest = digest
+            .as_deref()
+            .and_then(Digest::from_hex)
+            .ok_or_else(|| corrupt(format!("ledger row of {day}: digest {digest:?}")))?;
+        let mut counts = Counts::default();
+        for (i, field) in [
+            &mut counts.inserted,
+            &mut counts.updated,
+            &mut counts.unchanged,
+            &mut counts.stale,
+            &mut counts.deleted,
+            &mut counts.unlisted,
+            &mut counts.collapsed,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let n: Option<i64> = row.try_get(7 + i).map_err(pg_error)?;
+            let n = n.ok_or_else(|| corrupt(format!("ledger row of {day}: a count is NULL")))?;
+            *field = u64::try_from(n).unwrap_or(0);
+        }
+        let run_id: Option<String> = row.try_get(3).map_err(pg_error)?;
+        entry.synced = Some(SyncedDay::new(
+            at,
+            run_id.map(RunId::from),
+            mode,
+            row.try_get(5).map_err(pg_error)?,
+            digest,
+            counts,
+        ));
+    }
+    let failed_at: Option<DateTime<Utc>> = row.try_get(14).map_err(pg_error)?;
+    if let Some(at) = failed_at {
+        let run_id: Option<String> = row.try_get(15).map_err(pg_error)?;
+        let attempts: Option<i32> = row.try_get(16).map_err(pg_error)?;
+        let error: Option<String> = row.try_get(17).map_err(pg_error)?;
+        entry.failure = Some(DayFailure::new(
+            at,
+            run_id.map(RunId::from),
+            attempts.and_then(|a| u32::try_from(a).ok()).unwrap_or(1),
+            error.as_deref().unwrap_or(""),
+        ));
+    }
+    Ok(entry)
 }
 
 /// How many times a chunk's raced rows are merged again before giving up.

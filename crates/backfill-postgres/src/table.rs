@@ -9,8 +9,9 @@
 //! what [`create_table`](crate::sql::create_table) makes, column by column,
 //! and refuses any difference with a [`TableMismatch`]. The same goes for
 //! the schema's shared metadata tables, `backfill_tables` and
-//! `backfill_days`, and for a table of schema version 1 about to be
-//! upgraded (it must be exactly what version 1 created).
+//! `backfill_days`, and for a table of an older schema version about to be
+//! upgraded (a records table of version 1, a `backfill_days` of version 2:
+//! each must be exactly what its version created).
 
 use std::fmt;
 
@@ -115,7 +116,10 @@ pub(crate) enum Shape {
     Records,
     /// The schema's `backfill_tables`.
     Tables,
-    /// The schema's `backfill_days`.
+    /// The schema's `backfill_days` of schema version 2 (before the day
+    /// ledger): the shape its upgrade starts from.
+    DaysV2,
+    /// The schema's `backfill_days` of the current schema version.
     Days,
 }
 
@@ -130,6 +134,57 @@ struct Expected {
 }
 
 const C: Option<&str> = Some(r#"pg_catalog."C""#);
+/// The database's default collation, as the catalog names it.
+const DEFAULT: Option<&str> = Some(r#"pg_catalog."default""#);
+const TIMESTAMPTZ: &str = "timestamp with time zone";
+
+/// The columns of [`sql::LEDGER_COLUMNS`] as the catalog shows them.
+const LEDGER_COLUMNS: [(&str, &str, Option<&str>, bool); 16] = [
+    ("synced_at", TIMESTAMPTZ, None, false),
+    ("run_id", "text", C, false),
+    ("mode", "text", DEFAULT, false),
+    ("as_of", TIMESTAMPTZ, None, false),
+    ("digest", "text", DEFAULT, false),
+    ("inserted", "bigint", None, false),
+    ("updated", "bigint", None, false),
+    ("unchanged", "bigint", None, false),
+    ("stale", "bigint", None, false),
+    ("deleted", "bigint", None, false),
+    ("unlisted", "bigint", None, false),
+    ("collapsed", "bigint", None, false),
+    ("failed_at", TIMESTAMPTZ, None, false),
+    ("failed_run_id", "text", DEFAULT, false),
+    ("attempts", "integer", None, false),
+    ("error", "text", DEFAULT, false),
+];
+
+/// The CHECKs of [`sql::LEDGER_COLUMNS`] as `pg_get_constraintdef` shows
+/// them.
+fn ledger_checks() -> Vec<(&'static str, String)> {
+    let mut checks = vec![
+        (
+            "mode",
+            "CHECK ((mode = ANY (ARRAY['merge'::text, 'replace'::text])))".to_owned(),
+        ),
+        (
+            "digest",
+            "CHECK ((digest ~ '^[0-9a-f]{32}$'::text))".to_owned(),
+        ),
+        ("attempts", "CHECK ((attempts >= 1))".to_owned()),
+    ];
+    for count in [
+        "inserted",
+        "updated",
+        "unchanged",
+        "stale",
+        "deleted",
+        "unlisted",
+        "collapsed",
+    ] {
+        checks.push((count, format!("CHECK (({count} >= 0))")));
+    }
+    checks
+}
 
 impl Shape {
     fn expected(self) -> Expected {
@@ -138,6 +193,11 @@ impl Shape {
             ("event_date", "date", None, true),
             ("value", "text", C, true),
             ("updated_at", "timestamp with time zone", None, true),
+        ];
+        let days_v2 = [
+            ("records_table", "text", C, true),
+            ("day", "date", None, true),
+            ("listing_watermark", "timestamp with time zone", None, false),
         ];
         match self {
             Shape::RecordsV1 => Expected {
@@ -167,15 +227,20 @@ impl Shape {
                 primary_key: &["records_table"],
                 checks: Vec::new(),
             },
-            Shape::Days => Expected {
-                columns: vec![
-                    ("records_table", "text", C, true),
-                    ("day", "date", None, true),
-                    ("listing_watermark", "timestamp with time zone", None, false),
-                ],
+            Shape::DaysV2 => Expected {
+                columns: days_v2.to_vec(),
                 primary_key: &["records_table", "day"],
                 checks: Vec::new(),
             },
+            Shape::Days => {
+                let mut columns = days_v2.to_vec();
+                columns.extend(LEDGER_COLUMNS);
+                Expected {
+                    columns,
+                    primary_key: &["records_table", "day"],
+                    checks: ledger_checks(),
+                }
+            }
         }
     }
 }
@@ -223,11 +288,27 @@ impl Found {
         }
     }
 
+    /// The shape `backfill_days` is checked against: version 2 without
+    /// the ledger's first column, else the current one.
+    pub(crate) fn days_shape(&self) -> Shape {
+        match self.days.as_ref() {
+            Some(days) if !days.has_column(LEDGER_COLUMNS[0].0) => Shape::DaysV2,
+            _ => Shape::Days,
+        }
+    }
+
+    /// Whether `backfill_days` exists without the day ledger's columns
+    /// (schema version 2), so it must be upgraded.
+    pub(crate) fn days_need_ledger(&self) -> bool {
+        self.days.is_some() && self.days_shape() == Shape::DaysV2
+    }
+
     /// Whether nothing needs creating, upgrading or registering.
     pub(crate) fn complete(&self) -> bool {
         self.table.as_ref().is_some_and(|t| t.event_date_index)
             && self.tables.is_some()
             && self.days.is_some()
+            && !self.days_need_ledger()
             && self.version == Some(sql::SCHEMA_VERSION)
     }
 }
@@ -522,7 +603,11 @@ mod tests {
                 })
                 .collect(),
             primary_key: Some(expected.primary_key.iter().map(|c| (*c).into()).collect()),
-            checks: Vec::new(),
+            checks: expected
+                .checks
+                .iter()
+                .map(|(column, definition)| (vec![(*column).into()], definition.clone()))
+                .collect(),
             event_date_index: false,
         }
     }
@@ -602,7 +687,7 @@ mod tests {
 
     #[test]
     fn the_metadata_tables_have_their_shapes() {
-        for shape in [Shape::Tables, Shape::Days] {
+        for shape in [Shape::Tables, Shape::DaysV2, Shape::Days] {
             assert_eq!(problems_as(&shaped(shape), shape), Vec::<String>::new());
         }
         let mut days = shaped(Shape::Days);
@@ -623,6 +708,67 @@ mod tests {
             [
                 r#"column records_table: collation pg_catalog."default", expected pg_catalog."C""#,
                 "column schema_version: type text, expected integer",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_ledger_columns_are_those_the_store_creates() {
+        let names: Vec<&str> = LEDGER_COLUMNS.iter().map(|c| c.0).collect();
+        let created: Vec<&str> = sql::LEDGER_COLUMNS.iter().map(|c| c.0).collect();
+        assert_eq!(names, created);
+        // Every CHECK the DDL writes is expected, on its own column.
+        let checked: Vec<&str> = sql::LEDGER_COLUMNS
+            .iter()
+            .filter(|c| c.2.is_some())
+            .map(|c| c.0)
+            .collect();
+        let mut expected: Vec<&str> = ledger_checks().iter().map(|c| c.0).collect();
+        expected.sort_unstable_by_key(|c| names.iter().position(|n| n == c));
+        assert_eq!(expected, checked);
+    }
+
+    #[test]
+    fn the_days_table_of_each_version_has_its_shape() {
+        // A version-2 table checked as the current one lacks the ledger.
+        let v2 = shaped(Shape::DaysV2);
+        let missing = problems_as(&v2, Shape::Days);
+        assert_eq!(missing.len(), LEDGER_COLUMNS.len());
+        assert_eq!(
+            missing[0],
+            "column synced_at: missing (expected timestamp with time zone)"
+        );
+        assert_eq!(missing[15], "column error: missing (expected text)");
+        // A current one checked as version 2 has unexpected columns.
+        let v3 = shaped(Shape::Days);
+        assert!(problems_as(&v3, Shape::DaysV2)
+            .iter()
+            .any(|p| p == "column synced_at: unexpected column (timestamp with time zone)"));
+        // Each ledger column is compared: type, collation, nullability,
+        // CHECK.
+        let mut days = shaped(Shape::Days);
+        let at = |days: &Table, name: &str| days.columns.iter().position(|c| c.name == name);
+        let i = at(&days, "digest").unwrap();
+        days.columns[i].collation = C.map(Into::into);
+        let i = at(&days, "inserted").unwrap();
+        days.columns[i].data_type = "integer".into();
+        let i = at(&days, "attempts").unwrap();
+        days.columns[i].not_null = true;
+        days.checks.retain(|(c, _)| c[0] != "mode");
+        for (columns, definition) in &mut days.checks {
+            if columns[0] == "stale" {
+                *definition = "CHECK ((stale > 0))".into();
+            }
+        }
+        assert_eq!(
+            problems_as(&days, Shape::Days),
+            [
+                r#"column digest: collation pg_catalog."C", expected pg_catalog."default""#,
+                "column inserted: type integer, expected bigint",
+                "column attempts: NOT NULL, expected nullable",
+                "column stale: unexpected CHECK ((stale > 0))",
+                "column mode: CHECK ((mode = ANY (ARRAY['merge'::text, 'replace'::text]))) is missing",
+                "column stale: CHECK ((stale >= 0)) is missing",
             ]
         );
     }

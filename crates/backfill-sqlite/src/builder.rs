@@ -53,7 +53,7 @@ impl SqliteStoreBuilder {
     /// [metadata tables](crate#the-metadata-tables). Created on open if
     /// missing; if it exists, it must be the table the store would create
     /// (see the [crate docs](crate#an-existing-table)), or one of an earlier
-    /// schema version, which is [upgraded](crate#upgrading-from-version-1).
+    /// schema version, which is [upgraded](crate#upgrading-from-versions-1-and-2).
     pub fn table(mut self, table: impl Into<String>) -> Self {
         self.table = table.into();
         self

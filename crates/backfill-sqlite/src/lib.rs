@@ -4,7 +4,9 @@
 //! Each day's batch is one `BEGIN IMMEDIATE` transaction that applies every
 //! record with SQLite's own conditional upsert,
 //! `INSERT … ON CONFLICT(key) DO UPDATE … WHERE (incoming) > (stored)`, in
-//! key order; identical and older records are not written at all. Files are
+//! key order; identical and older records are not written at all. The
+//! same transaction ends by writing the day's [ledger](#the-day-ledger)
+//! row. Files are
 //! opened in WAL mode with `synchronous=NORMAL`. Blocking calls run on
 //! tokio's blocking pool.
 //!
@@ -37,6 +39,41 @@
 //! not contain it. `BEGIN IMMEDIATE` takes SQLite's one write lock first,
 //! so no watermark moves while a batch reads it.
 //!
+//! # The day ledger
+//!
+//! Every day a store has applied, or failed, has one row in `backfill_days`
+//! (below), the day's [`LedgerEntry`](backfill_core::LedgerEntry) as
+//! [`ledger`](backfill_core::Store::ledger) reads it:
+//!
+//! - **A success** is written by the batch's own transaction, as its last
+//!   statement: one `INSERT … ON CONFLICT (records_table, day) DO UPDATE`
+//!   that sets `synced_at` (the job's clock), `run_id`, `mode` (`merge` or
+//!   `replace`), `as_of` (a listing's, else `NULL`), `digest` (32
+//!   lowercase hex characters) and the counts `inserted` … `collapsed`,
+//!   clears the failure columns, and raises a listing's watermark (never
+//!   lowering it). The ledger therefore commits with the day's rows or not
+//!   at all: a batch that fails, or a listing the guard refuses, leaves
+//!   the row as it was. Of two concurrent batches of one day, the row ends
+//!   as the last to commit wrote it.
+//! - **A re-run** writes its ledger row too, even when it changes no
+//!   record: `synced_at`, `run_id` and the counts move forward, and
+//!   nothing else is written (the row is one statement per batch, nothing
+//!   per record). A job with
+//!   [`skip_unchanged`](backfill_core::WriteOptions::skip_unchanged) skips
+//!   a merge whose digest is the day's last one before it reaches the
+//!   store, and writes nothing at all.
+//! - **A failure**, [`record_failure`](backfill_core::Store::record_failure),
+//!   is one upsert in its own transaction that sets `failed_at`,
+//!   `failed_run_id`, `attempts` and `error`, keeping the last success and
+//!   the watermark. A read-only store returns its error.
+//!
+//! Instants are in [`INSTANT_FORMAT`] like the records', so with plain SQL
+//! `SELECT day FROM backfill_days WHERE records_table = 'invoices' AND
+//! synced_at IS NOT NULL AND failed_at IS NULL` lists the synced days.
+//! Days synced before the upgrade to schema version 3 (below) have no
+//! ledger columns set and read as **missing** (their watermark is kept):
+//! the next sync of such a day writes its row.
+//!
 //! Tombstones are removed only by
 //! [`purge_tombstones`](backfill_core::Store::purge_tombstones), a
 //! maintenance call that no sync makes. Purging reopens one door: a stale
@@ -52,9 +89,13 @@
 //! - `backfill_tables (records_table TEXT PRIMARY KEY, schema_version
 //!   INTEGER NOT NULL)`: each records table's schema version;
 //! - `backfill_days (records_table TEXT, day TEXT, listing_watermark TEXT
-//!   NULL, PRIMARY KEY (records_table, day))`: each day's listing
-//!   watermark, `day` as `YYYY-MM-DD` and the watermark in
-//!   [`INSTANT_FORMAT`].
+//!   NULL, …, PRIMARY KEY (records_table, day))`: each day's listing
+//!   watermark and [ledger](#the-day-ledger) row, `day` as `YYYY-MM-DD` and
+//!   the watermark in [`INSTANT_FORMAT`]. The ledger columns, all `NULL`-able:
+//!   `synced_at TEXT`, `run_id TEXT`, `mode TEXT`, `as_of TEXT`, `digest
+//!   TEXT`, `inserted`, `updated`, `unchanged`, `stale`, `deleted`,
+//!   `unlisted`, `collapsed` (`INTEGER`, at least 0), `failed_at TEXT`,
+//!   `failed_run_id TEXT`, `attempts INTEGER` (at least 1), `error TEXT`.
 //!
 //! Both are `STRICT`, with `BINARY` text and `CHECK`s on their dates and
 //! instants, and are checked on open like the records table (below). A
@@ -64,23 +105,35 @@
 //! day rows left over from a dropped table of the same name are removed,
 //! since their watermarks would delete the new table's rows.
 //!
-//! # Upgrading from version 1
+//! # Upgrading from versions 1 and 2
 //!
-//! This release writes schema version 2: the records table's last column
+//! This release writes schema version 3: the records table's last column
 //! is `deleted INTEGER NOT NULL DEFAULT 0`, checked to be 0 or 1 and to go
-//! with an empty value, and the metadata tables exist. A records table of
-//! the release before (schema version 1: no `deleted` column, no row in
-//! `backfill_tables`) is upgraded in place the first time a writable store
-//! opens it: `ALTER TABLE … ADD COLUMN deleted …`, the metadata tables,
-//! the version row, in one `BEGIN IMMEDIATE` transaction with the check of
-//! the table's old definition before it, so it happens once even when
-//! several processes open the file together, and not at all if the table
-//! is not the store's. Every row is kept, live. A store opened
+//! with an empty value (version 2), the metadata tables exist (version 2),
+//! and `backfill_days` has the ledger columns (version 3). A records table
+//! of an earlier release is upgraded in place the first time a writable
+//! store opens it, in one `BEGIN IMMEDIATE` transaction with the check of
+//! the tables' old definitions before it, so it happens once even when
+//! several processes open the file together, and not at all if a table is
+//! not the store's:
+//!
+//! - from version 1 (no `deleted` column, no row in `backfill_tables`):
+//!   `ALTER TABLE … ADD COLUMN deleted …`, every row kept, live; the
+//!   metadata tables; then on to version 3;
+//! - from version 2: `ALTER TABLE backfill_days ADD COLUMN …` for each
+//!   ledger column, unless another records table's upgrade already added
+//!   them (the table is shared), every watermark kept; the days synced
+//!   before read as missing in the ledger;
+//! - then the table's version row is set to 3.
+//!
+//! Once `backfill_days` has the ledger columns, a release before this one
+//! refuses the database (its table check finds columns it does not
+//! create), for every records table in it. A store opened
 //! [read-only](SqliteStoreBuilder::read_only) never upgrades: it refuses a
-//! version-1 table with an [`Open`](backfill_core::Error::Open) error
-//! saying it must be opened once writable. A table recorded with a schema
-//! version newer than this release's is refused the same way. Opening a
-//! database where everything is in place writes nothing.
+//! table below version 3 with an [`Open`](backfill_core::Error::Open)
+//! error saying it must be opened once writable. A table recorded with a
+//! schema version newer than this release's is refused the same way.
+//! Opening a database where everything is in place writes nothing.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill_core::Result<()> {

@@ -16,10 +16,19 @@
 //! |---|---|---|
 //! | 1 | `key, event_date, value, updated_at` (no version row) | none |
 //! | 2 | … and `deleted` last | [`TABLES`], [`DAYS`] (`listing_watermark`) |
+//! | 3 | the same | [`DAYS`] gains the ledger columns ([`sql::ledger_columns`]) |
 //!
 //! A records table with no version row and no `deleted` column is version 1.
 //! An upgrade is a chain of steps ([`upgrade_step`]), one per version, so
 //! the next version adds one arm.
+//!
+//! [`DAYS`] is shared by every records table of the database, so its shape
+//! is not any one records table's version: it is version 2's (no ledger
+//! columns) until the first records table is upgraded to 3 or created, and
+//! version 3's after. Adding the ledger columns is therefore idempotent
+//! (skipped when another table's upgrade already did it), and a days table
+//! still lacking them is given them whenever this release opens the file
+//! writable, whatever the records table's version.
 
 use backfill_core::Result;
 use rusqlite::{Connection, OptionalExtension};
@@ -76,15 +85,22 @@ pub(crate) fn prepare(conn: &Connection, table: &str, read_only: bool) -> Result
 /// [`Access::Look`] found something to do).
 fn bring_up(conn: &Connection, table: &str, access: Access) -> Result<bool> {
     let records = sql::records_table(table, SCHEMA_VERSION);
-    let metadata = [sql::tables_table(), sql::days_table()];
-    // The metadata tables: checked where they exist, whatever comes next.
+    let metadata = [sql::tables_table(), sql::days_table(SCHEMA_VERSION)];
+    // The metadata tables: checked where they exist, whatever comes next;
+    // a days table without the ledger columns as version 2's.
     let mut missing_metadata = Vec::new();
+    let mut days_lack_ledger = false;
     for def in &metadata {
         if schema::object_kind(conn, &def.name)
             .map_err(open_error)?
             .is_some()
         {
-            schema::verify(conn, def)?;
+            if def.name == DAYS && !has_ledger_columns(conn)? {
+                days_lack_ledger = true;
+                schema::verify(conn, &sql::days_table(2))?;
+            } else {
+                schema::verify(conn, def)?;
+            }
         } else {
             missing_metadata.push(def);
         }
@@ -109,8 +125,9 @@ fn bring_up(conn: &Connection, table: &str, access: Access) -> Result<bool> {
         (true, Some(v)) => Some(v),
         // Version 1 had no version rows. A table that has the column
         // version 2 added but no row (its metadata lost, or created by
-        // hand to the store's definition) is checked as version 2 below
-        // and registered.
+        // hand to the store's definition) is checked as the current
+        // version below (versions 2 and 3 have the same records table;
+        // the days table is seen to apart) and registered.
         (true, None) => Some(if has_deleted { SCHEMA_VERSION } else { 1 }),
     };
     if let Some(v) = version {
@@ -133,7 +150,8 @@ fn bring_up(conn: &Connection, table: &str, access: Access) -> Result<bool> {
 
     let needs_write = version != Some(SCHEMA_VERSION)
         || registered != Some(SCHEMA_VERSION)
-        || !missing_metadata.is_empty();
+        || !missing_metadata.is_empty()
+        || days_lack_ledger;
     if needs_write {
         match access {
             Access::Look => return Ok(false),
@@ -146,8 +164,16 @@ fn bring_up(conn: &Connection, table: &str, access: Access) -> Result<bool> {
                 Some(v) if v < SCHEMA_VERSION => {
                     return Err(open_error(format!(
                         "table \"{table}\" has schema version {v} and must be upgraded to \
-                         version {SCHEMA_VERSION} (a `deleted` column and the {TABLES} and \
-                         {DAYS} tables) before this release can use it: open it once \
+                         version {SCHEMA_VERSION} (version 2: a `deleted` column and the \
+                         {TABLES} and {DAYS} tables; version 3: the day ledger's columns in \
+                         {DAYS}) before this release can use it: open it once writable, with \
+                         rights to change the schema, and it is upgraded in place"
+                    )))
+                }
+                Some(_) if days_lack_ledger => {
+                    return Err(open_error(format!(
+                        "table {DAYS} lacks the day ledger's columns (schema version \
+                         {SCHEMA_VERSION}) that table \"{table}\" needs: open it once \
                          writable, with rights to change the schema, and it is upgraded in \
                          place"
                     )))
@@ -175,6 +201,12 @@ fn bring_up(conn: &Connection, table: &str, access: Access) -> Result<bool> {
                             v += 1;
                         }
                     }
+                }
+                if days_lack_ledger {
+                    // A new records table, or one already at version 3,
+                    // beside a days table no step has given its columns.
+                    add_ledger_columns(conn)?;
+                    schema::verify(conn, &sql::days_table(SCHEMA_VERSION))?;
                 }
                 conn.execute(sql::REGISTER, rusqlite::params![table, SCHEMA_VERSION])
                     .map_err(open_error)?;
@@ -209,6 +241,27 @@ fn upgrade_step(conn: &Connection, table: &str, from: i64) -> Result<()> {
         1 => conn
             .execute_batch(&sql::add_deleted_column(table))
             .map_err(open_error),
+        // The records table is unchanged; the shared days table gains the
+        // ledger columns unless another records table's upgrade gave them.
+        // Days synced before have them all NULL: they read as missing.
+        2 => add_ledger_columns(conn),
         _ => unreachable!("no upgrade from schema version {from}"),
     }
+}
+
+/// Whether [`DAYS`] (which exists) has the ledger columns of version 3.
+fn has_ledger_columns(conn: &Connection) -> Result<bool> {
+    schema::has_column(conn, DAYS, sql::SYNCED_AT).map_err(open_error)
+}
+
+/// Adds the ledger columns to [`DAYS`] if it lacks them (idempotent: the
+/// table is shared by every records table of the database).
+fn add_ledger_columns(conn: &Connection) -> Result<()> {
+    if has_ledger_columns(conn)? {
+        return Ok(());
+    }
+    for alter in sql::add_ledger_columns() {
+        conn.execute_batch(&alter).map_err(open_error)?;
+    }
+    Ok(())
 }

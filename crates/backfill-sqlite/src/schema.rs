@@ -567,7 +567,8 @@ mod tests {
             sql::records_table("t", SCHEMA_VERSION),
             sql::records_table("v1", 1),
             sql::tables_table(),
-            sql::days_table(),
+            sql::days_table(2),
+            sql::days_table(SCHEMA_VERSION),
         ] {
             let all: Vec<&str> = def.columns.iter().map(|c| c.name).collect();
             assert_eq!(
@@ -578,7 +579,34 @@ mod tests {
             );
             conn.execute_batch(&def.create()).unwrap();
             assert_eq!(differences(&conn, &def).unwrap(), Vec::<String>::new());
+            conn.execute_batch(&format!("DROP TABLE \"{}\"", def.name))
+                .unwrap();
         }
+    }
+
+    #[test]
+    fn an_upgraded_days_table_is_the_new_one() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(&sql::days_table(2).create()).unwrap();
+        let v3 = sql::days_table(3);
+        let before = differences(&conn, &v3).unwrap();
+        assert!(
+            before
+                .iter()
+                .any(|d| d.contains("\"synced_at\" is missing")),
+            "{before:?}"
+        );
+        for alter in sql::add_ledger_columns() {
+            conn.execute_batch(&alter).unwrap();
+        }
+        assert_eq!(differences(&conn, &v3).unwrap(), Vec::<String>::new());
+        let after = differences(&conn, &sql::days_table(2)).unwrap();
+        assert!(
+            after
+                .iter()
+                .any(|d| d.contains("\"error\" is not one the store creates")),
+            "{after:?}"
+        );
     }
 
     #[test]

@@ -7,21 +7,22 @@
 //! (`schema.rs`). Three tables: the records table (one per store, named by
 //! the user) and two metadata tables shared by every records table of the
 //! database, [`TABLES`] (each records table's schema version) and [`DAYS`]
-//! (each day's listing watermark).
+//! (each day's listing watermark and, from version 3, its ledger row).
 
 use backfill_core::{MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
 
-/// The schema version this release creates and writes: 2, the records
-/// table with its `deleted` column, and the metadata tables. Version 1 (the
-/// release before tombstones) had neither; it is upgraded in place on open
-/// (`migrate.rs`).
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+/// The schema version this release creates and writes: 3, the records
+/// table with its `deleted` column, the metadata tables, and the day
+/// ledger's columns in [`DAYS`]. Version 1 (the release before tombstones)
+/// had no `deleted` and no metadata tables, version 2 no ledger columns;
+/// both are upgraded in place on open (`migrate.rs`).
+pub(crate) const SCHEMA_VERSION: i64 = 3;
 
 /// The metadata table holding each records table's schema version.
 pub(crate) const TABLES: &str = "backfill_tables";
 
 /// The metadata table holding each records table's days: the listing
-/// watermark, for now.
+/// watermark and the day's ledger row.
 pub(crate) const DAYS: &str = "backfill_days";
 
 /// Names a records table may not take: the metadata tables'.
@@ -43,6 +44,10 @@ pub(crate) const INDEXED: &str = "event_date";
 
 /// The records table's tombstone flag, the column version 2 added.
 pub(crate) const DELETED: &str = "deleted";
+
+/// The first of the ledger columns version 3 added to [`DAYS`]: a days
+/// table without it is version 2's.
+pub(crate) const SYNCED_AT: &str = "synced_at";
 
 /// One column as the store creates it: `<name> <type> [NOT NULL] [DEFAULT
 /// …] [COLLATE BINARY] [PRIMARY KEY] [CHECK (<check>)]`.
@@ -72,6 +77,13 @@ impl Column {
             default: None,
             check,
             earlier_checks: &[],
+        }
+    }
+
+    fn integer(name: &'static str, check: Option<String>) -> Self {
+        Self {
+            sql_type: INTEGER,
+            ..Self::text(name, check)
         }
     }
 
@@ -242,26 +254,82 @@ pub(crate) fn tables_table() -> TableDef {
     }
 }
 
-/// [`DAYS`]: one row per records table and day that needed one, for now
-/// the day's listing watermark (`NULL`: no listing applied yet). Schema
-/// version 3 (the day ledger) adds columns here.
-pub(crate) fn days_table() -> TableDef {
+/// [`DAYS`] as schema version `version` (2 or 3) has it: one row per
+/// records table and day that needed one, with the day's listing watermark
+/// (`NULL`: no listing applied yet) and, from version 3, its ledger row
+/// ([`ledger_columns`]).
+pub(crate) fn days_table(version: i64) -> TableDef {
+    let mut columns = vec![
+        Column::text("records_table", None),
+        Column::text("day", Some(date_check("day"))),
+        nullable_instant("listing_watermark"),
+    ];
+    if version >= 3 {
+        columns.extend(ledger_columns());
+    }
     TableDef {
         name: DAYS.to_owned(),
-        columns: vec![
-            Column::text("records_table", None),
-            Column::text("day", Some(date_check("day"))),
-            Column::text(
-                "listing_watermark",
-                Some(format!(
-                    "listing_watermark IS NULL OR ({})",
-                    instant_check("listing_watermark")
-                )),
-            )
-            .nullable(),
-        ],
+        columns,
         primary_key: &["records_table", "day"],
     }
+}
+
+/// A `NULL`-able instant in [`INSTANT_FORMAT`](crate::INSTANT_FORMAT).
+fn nullable_instant(name: &'static str) -> Column {
+    Column::text(
+        name,
+        Some(format!("{name} IS NULL OR ({})", instant_check(name))),
+    )
+    .nullable()
+}
+
+/// The day ledger's columns of [`DAYS`], which version 3 added after
+/// `listing_watermark`, all `NULL`-able (a day synced before the upgrade
+/// has none set): the last success (`synced_at` … `collapsed`, set
+/// together, `run_id` and `as_of` possibly `NULL`) and the last failure
+/// after it (`failed_at` … `error`).
+pub(crate) fn ledger_columns() -> Vec<Column> {
+    let count = |name: &'static str, min: i64| {
+        Column::integer(name, Some(format!("{name} IS NULL OR {name} >= {min}"))).nullable()
+    };
+    vec![
+        nullable_instant(SYNCED_AT),
+        Column::text("run_id", None).nullable(),
+        Column::text(
+            "mode",
+            Some("mode IS NULL OR mode IN ('merge', 'replace')".to_owned()),
+        )
+        .nullable(),
+        nullable_instant("as_of"),
+        Column::text(
+            "digest",
+            Some(
+                "digest IS NULL OR (length(digest) = 32 AND digest NOT GLOB '*[^0-9a-f]*')"
+                    .to_owned(),
+            ),
+        )
+        .nullable(),
+        count("inserted", 0),
+        count("updated", 0),
+        count("unchanged", 0),
+        count("stale", 0),
+        count("deleted", 0),
+        count("unlisted", 0),
+        count("collapsed", 0),
+        nullable_instant("failed_at"),
+        Column::text("failed_run_id", None).nullable(),
+        count("attempts", 1),
+        Column::text("error", None).nullable(),
+    ]
+}
+
+/// The step from schema version 2 to 3 on the shared [`DAYS`]: the ledger
+/// columns, in order, every existing row's left `NULL`.
+pub(crate) fn add_ledger_columns() -> Vec<String> {
+    ledger_columns()
+        .iter()
+        .map(|c| format!("ALTER TABLE {DAYS} ADD COLUMN {}", c.definition(false)))
+        .collect()
 }
 
 /// The step from schema version 1 to 2 on the records table: the `deleted`
@@ -329,8 +397,13 @@ pub(crate) struct Statements {
     pub(crate) count_unlisted: String,
     /// A listing's day: its unlisted live rows become their own tombstones.
     pub(crate) tombstone_unlisted: String,
-    /// A listing's day: the watermark raised to `as_of`, only if higher.
-    pub(crate) raise_watermark: String,
+    /// The batch's day's ledger row, last in the batch's transaction: its
+    /// success, its failure cleared, and a listing's watermark raised.
+    pub(crate) ledger_write: String,
+    /// The ledger rows of days `?1..=?2`, in day order.
+    pub(crate) ledger_read: String,
+    /// Day `?1`'s failure, its success kept.
+    pub(crate) record_failure: String,
     /// Tombstones older than an instant, removed.
     pub(crate) purge: String,
 }
@@ -388,12 +461,41 @@ FROM "{table}" WHERE event_date = ?1 AND deleted = 0"#
                 r#"UPDATE "{table}" SET deleted = 1, value = ''
 WHERE event_date = ?1 AND deleted = 0 AND updated_at <= ?3 AND key NOT IN rarray(?2)"#
             ),
-            // No write when the watermark is already as high: a re-applied
-            // listing writes nothing at all.
-            raise_watermark: format!(
-                r#"INSERT INTO {DAYS} (records_table, day, listing_watermark) VALUES ('{table}', ?1, ?2)
-ON CONFLICT (records_table, day) DO UPDATE SET listing_watermark = excluded.listing_watermark
-WHERE {DAYS}.listing_watermark IS NULL OR excluded.listing_watermark > {DAYS}.listing_watermark"#
+            // ?1 day, ?2 synced_at, ?3 run_id, ?4 mode, ?5 as_of (NULL in
+            // merge mode; also the watermark a listing raises the day's
+            // to, never lowering it), ?6 digest, ?7–?13 the counts. One
+            // row change per batch, whatever it did.
+            ledger_write: format!(
+                r#"INSERT INTO {DAYS} (records_table, day, listing_watermark,
+    synced_at, run_id, mode, as_of, digest,
+    inserted, updated, unchanged, stale, deleted, unlisted, collapsed)
+VALUES ('{table}', ?1, ?5, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+ON CONFLICT (records_table, day) DO UPDATE SET
+    listing_watermark = CASE
+        WHEN {DAYS}.listing_watermark IS NULL
+            OR excluded.listing_watermark > {DAYS}.listing_watermark
+        THEN excluded.listing_watermark
+        ELSE {DAYS}.listing_watermark END,
+    synced_at = excluded.synced_at, run_id = excluded.run_id, mode = excluded.mode,
+    as_of = excluded.as_of, digest = excluded.digest,
+    inserted = excluded.inserted, updated = excluded.updated,
+    unchanged = excluded.unchanged, stale = excluded.stale, deleted = excluded.deleted,
+    unlisted = excluded.unlisted, collapsed = excluded.collapsed,
+    failed_at = NULL, failed_run_id = NULL, attempts = NULL, error = NULL"#
+            ),
+            ledger_read: format!(
+                r#"SELECT day, listing_watermark, synced_at, run_id, mode, as_of, digest,
+    inserted, updated, unchanged, stale, deleted, unlisted, collapsed,
+    failed_at, failed_run_id, attempts, error
+FROM {DAYS} WHERE records_table = '{table}' AND day BETWEEN ?1 AND ?2 ORDER BY day"#
+            ),
+            // ?1 day, ?2 failed_at, ?3 failed_run_id, ?4 attempts, ?5 error.
+            record_failure: format!(
+                r#"INSERT INTO {DAYS} (records_table, day, failed_at, failed_run_id, attempts, error)
+VALUES ('{table}', ?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (records_table, day) DO UPDATE SET
+    failed_at = excluded.failed_at, failed_run_id = excluded.failed_run_id,
+    attempts = excluded.attempts, error = excluded.error"#
             ),
             purge: format!(r#"DELETE FROM "{table}" WHERE deleted = 1 AND updated_at < ?1"#),
         }
@@ -410,7 +512,8 @@ mod tests {
         conn.execute_batch(&records_table("t", SCHEMA_VERSION).create())
             .unwrap();
         conn.execute_batch(&create_index("t")).unwrap();
-        conn.execute_batch(&days_table().create()).unwrap();
+        conn.execute_batch(&days_table(SCHEMA_VERSION).create())
+            .unwrap();
         conn
     }
 
@@ -501,7 +604,8 @@ mod tests {
         let conn = table();
         let row = |day: &str, mark: Option<&str>| {
             conn.execute(
-                "INSERT INTO backfill_days VALUES ('t', ?1, ?2)",
+                "INSERT INTO backfill_days (records_table, day, listing_watermark)
+                 VALUES ('t', ?1, ?2)",
                 rusqlite::params![day, mark],
             )
             .is_ok()
@@ -511,6 +615,50 @@ mod tests {
         assert!(!row("2026-02-30", None));
         assert!(!row("2026-01-03", Some("2026-01-03 00:00:00")));
         assert!(!row("2026-01-01", None), "one row per table and day");
+    }
+
+    #[test]
+    fn the_ledger_columns_check_their_shapes() {
+        let conn = table();
+        let row = |column: &str, value: rusqlite::types::Value| {
+            conn.execute(
+                &format!(
+                    "INSERT OR REPLACE INTO backfill_days (records_table, day, {column})
+                     VALUES ('t', '2026-01-01', ?1)"
+                ),
+                [value],
+            )
+            .is_ok()
+        };
+        use rusqlite::types::Value::{Blob, Integer, Null, Text};
+        let text = |s: &str| Text(s.to_owned());
+        for (column, good, bad) in [
+            (
+                "synced_at",
+                text("2026-01-01T00:00:00.000000Z"),
+                text("2026-01-01 00:00:00"),
+            ),
+            ("as_of", text("2026-01-01T00:00:00.000000Z"), text("x")),
+            ("failed_at", text("2026-01-01T00:00:00.000000Z"), Integer(1)),
+            ("mode", text("merge"), text("Merge")),
+            ("mode", text("replace"), text("upsert")),
+            (
+                "digest",
+                text("0123456789abcdef0123456789abcdef"),
+                text("0123456789ABCDEF0123456789ABCDEF"),
+            ),
+            ("digest", text(&"f".repeat(32)), text(&"f".repeat(31))),
+            ("digest", text(&"0".repeat(32)), text(&"g".repeat(32))),
+            ("inserted", Integer(0), Integer(-1)),
+            ("collapsed", Integer(7), text("seven")),
+            ("attempts", Integer(1), Integer(0)),
+            ("run_id", text("any text"), Blob(vec![1])),
+            ("error", text(""), Blob(vec![1])),
+        ] {
+            assert!(row(column, good.clone()), "{column} = {good:?}");
+            assert!(row(column, Null), "{column} = NULL");
+            assert!(!row(column, bad.clone()), "{column} = {bad:?}");
+        }
     }
 
     #[test]

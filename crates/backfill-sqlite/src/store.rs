@@ -3,12 +3,16 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use backfill_core::{Batch, Counts, Error, Field, Problem, Record, Result, Store, MAX_KEY_BYTES};
+use backfill_core::{
+    Batch, Counts, DayFailure, Digest, Error, Field, LedgerEntry, Mode, Problem, Record, Result,
+    RunId, Store, SyncedDay, MAX_KEY_BYTES,
+};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use rusqlite::types::Value;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -122,10 +126,11 @@ impl SqliteStore {
 
     /// Rows inserted, updated or deleted through this store's connection
     /// since it was opened (SQLite's `total_changes()`, less what opening
-    /// itself wrote), in the records table and in the metadata tables (a
-    /// day's listing watermark) alike.
-    /// Identical and stale records, and a listing whose watermark is
-    /// already as high, do not count: a re-run leaves it unchanged.
+    /// itself wrote), in the records table and in the metadata tables
+    /// alike. Identical and stale records, and the rows a listing leaves
+    /// as they are, do not count; every applied batch counts exactly one
+    /// more, its day's ledger row (its watermark raise included), and
+    /// every recorded failure one. A re-run of a day adds exactly 1.
     ///
     /// # Errors
     ///
@@ -230,6 +235,39 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn ledger(&self, days: RangeInclusive<NaiveDate>) -> Result<Vec<LedgerEntry>> {
+        let (first, last) = (format_date(*days.start()), format_date(*days.end()));
+        self.with_conn(move |conn, sql| {
+            let mut stmt = conn.prepare_cached(&sql.ledger_read).map_err(backend)?;
+            let rows = stmt
+                .query_map([first, last], LedgerRow::read)
+                .map_err(backend)?;
+            rows.map(|row| row.map_err(backend)?.into_entry()).collect()
+        })
+        .await
+    }
+
+    async fn record_failure(&self, day: NaiveDate, failure: &DayFailure) -> Result<()> {
+        self.writable()?;
+        let failure = failure.clone();
+        self.with_conn(move |conn, sql| {
+            // One statement, so one transaction of its own.
+            conn.prepare_cached(&sql.record_failure)
+                .and_then(|mut stmt| {
+                    stmt.execute(params![
+                        format_date(day),
+                        format_instant(failure.at),
+                        failure.run_id.as_ref().map(RunId::as_str),
+                        failure.attempts,
+                        failure.error,
+                    ])
+                })
+                .map_err(backend)?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {
         self.writable()?;
         self.with_conn(move |conn, sql| {
@@ -261,8 +299,11 @@ impl Store for SqliteStore {
 ///    write.)
 /// 2. A listing: the day's live rows are counted, the guard asked
 ///    ([`Batch::check_replace`]), and the unlisted ones turned into their
-///    own tombstones in one statement; the watermark is raised last, only
-///    if higher.
+///    own tombstones in one statement.
+/// 3. Last, the day's ledger row ([`Batch::synced`]): one upsert that
+///    records the success, clears the failure and raises a listing's
+///    watermark (only if higher). Last, so that of two concurrent batches
+///    of a day the row ends as the last committer wrote it.
 fn apply_batch(conn: &mut Connection, sql: &Statements, batch: &Batch) -> Result<Counts> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -399,12 +440,156 @@ fn apply_batch(conn: &mut Connection, sql: &Statements, batch: &Batch) -> Result
         }
         counts.deleted += tombstoned;
         counts.unlisted = tombstoned;
-        tx.prepare_cached(&sql.raise_watermark)
-            .and_then(|mut stmt| stmt.execute(params![day, as_of]))
-            .map_err(backend)?;
     }
+    let synced = batch.synced(counts);
+    let c = synced.counts;
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    tx.prepare_cached(&sql.ledger_write)
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                format_date(batch.day()),
+                format_instant(synced.at),
+                synced.run_id.as_ref().map(RunId::as_str),
+                mode_text(synced.mode)?,
+                synced.as_of.map(format_instant),
+                synced.digest.to_string(),
+                count(c.inserted),
+                count(c.updated),
+                count(c.unchanged),
+                count(c.stale),
+                count(c.deleted),
+                count(c.unlisted),
+                count(c.collapsed),
+            ])
+        })
+        .map_err(backend)?;
     tx.commit().map_err(backend)?;
     Ok(counts)
+}
+
+/// How the ledger's `mode` column spells a mode.
+fn mode_text(mode: Mode) -> rusqlite::Result<&'static str> {
+    match mode {
+        Mode::Merge => Ok("merge"),
+        Mode::Replace => Ok("replace"),
+        other => Err(rusqlite::Error::ToSqlConversionFailure(
+            format!("no ledger spelling for mode {other:?}").into(),
+        )),
+    }
+}
+
+/// One row of the days table, as stored.
+struct LedgerRow {
+    day: String,
+    listing_watermark: Option<String>,
+    synced_at: Option<String>,
+    run_id: Option<String>,
+    mode: Option<String>,
+    as_of: Option<String>,
+    digest: Option<String>,
+    /// inserted, updated, unchanged, stale, deleted, unlisted, collapsed.
+    counts: [Option<i64>; 7],
+    failed_at: Option<String>,
+    failed_run_id: Option<String>,
+    attempts: Option<i64>,
+    error: Option<String>,
+}
+
+impl LedgerRow {
+    fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            day: row.get(0)?,
+            listing_watermark: row.get(1)?,
+            synced_at: row.get(2)?,
+            run_id: row.get(3)?,
+            mode: row.get(4)?,
+            as_of: row.get(5)?,
+            digest: row.get(6)?,
+            counts: [
+                row.get(7)?,
+                row.get(8)?,
+                row.get(9)?,
+                row.get(10)?,
+                row.get(11)?,
+                row.get(12)?,
+                row.get(13)?,
+            ],
+            failed_at: row.get(14)?,
+            failed_run_id: row.get(15)?,
+            attempts: row.get(16)?,
+            error: row.get(17)?,
+        })
+    }
+
+    /// The entry, or an error naming what is unreadable: `synced` when
+    /// `synced_at` is set (its columns must then be), `failure` when
+    /// `failed_at` is.
+    fn into_entry(self) -> Result<LedgerEntry> {
+        let corrupt = |what: &str| {
+            Error::backend(
+                BACKEND,
+                false,
+                format!("the ledger row of day {} holds {what}", self.day),
+            )
+        };
+        let instant = |text: &Option<String>, what: &str| -> Result<Option<DateTime<Utc>>> {
+            text.as_deref()
+                .map(|t| parse_instant(t).ok_or_else(|| corrupt(&format!("an unreadable {what}"))))
+                .transpose()
+        };
+        let day = NaiveDate::parse_from_str(&self.day, DATE_FORMAT)
+            .map_err(|_| corrupt("an unreadable day"))?;
+        let mut entry = LedgerEntry::new(day);
+        entry.listing_watermark = instant(&self.listing_watermark, "listing_watermark")?;
+        if let Some(at) = instant(&self.synced_at, "synced_at")? {
+            let mode = match self.mode.as_deref() {
+                Some("merge") => Mode::Merge,
+                Some("replace") => Mode::Replace,
+                _ => return Err(corrupt("a success without a readable mode")),
+            };
+            let digest = self
+                .digest
+                .as_deref()
+                .and_then(Digest::from_hex)
+                .ok_or_else(|| corrupt("a success without a readable digest"))?;
+            let mut n = [0u64; 7];
+            for (n, stored) in n.iter_mut().zip(self.counts) {
+                *n = stored
+                    .and_then(|c| u64::try_from(c).ok())
+                    .ok_or_else(|| corrupt("a success without its counts"))?;
+            }
+            let mut counts = Counts::default();
+            [
+                counts.inserted,
+                counts.updated,
+                counts.unchanged,
+                counts.stale,
+                counts.deleted,
+                counts.unlisted,
+                counts.collapsed,
+            ] = n;
+            let as_of = instant(&self.as_of, "as_of")?;
+            let run_id = self.run_id.map(RunId::from);
+            let synced = SyncedDay::new(at, run_id, mode, as_of, digest, counts);
+            entry.synced = Some(synced);
+        }
+        if let Some(at) = instant(&self.failed_at, "failed_at")? {
+            let attempts = self
+                .attempts
+                .and_then(|a| u32::try_from(a).ok())
+                .ok_or_else(|| corrupt("a failure without its attempts"))?;
+            let error = self
+                .error
+                .ok_or_else(|| corrupt("a failure without its error"))?;
+            entry.failure = Some(DayFailure::new(
+                at,
+                self.failed_run_id.map(RunId::from),
+                attempts,
+                &error,
+            ));
+        }
+        Ok(entry)
+    }
 }
 
 type RawRow = (String, String, String, String, i64);
@@ -435,9 +620,7 @@ fn into_record((key, date, value, instant, deleted): RawRow) -> Result<Record> {
     };
     let event_date =
         NaiveDate::parse_from_str(&date, DATE_FORMAT).map_err(|_| corrupt("event_date"))?;
-    let updated_at = NaiveDateTime::parse_from_str(&instant, INSTANT_FORMAT)
-        .map_err(|_| corrupt("updated_at"))?
-        .and_utc();
+    let updated_at = parse_instant(&instant).ok_or_else(|| corrupt("updated_at"))?;
     match deleted {
         0 => Record::new(key, event_date, value, updated_at),
         1 if value.is_empty() => Record::tombstone(key, event_date, updated_at),
@@ -451,6 +634,12 @@ fn format_date(day: NaiveDate) -> String {
 
 fn format_instant(at: DateTime<Utc>) -> String {
     at.format(INSTANT_FORMAT).to_string()
+}
+
+fn parse_instant(text: &str) -> Option<DateTime<Utc>> {
+    NaiveDateTime::parse_from_str(text, INSTANT_FORMAT)
+        .ok()
+        .map(|t| t.and_utc())
 }
 
 /// Runs blocking SQLite work on tokio's blocking pool; a panic in it is

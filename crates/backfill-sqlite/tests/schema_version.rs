@@ -1,7 +1,8 @@
-//! Schema version 2: a records table of version 1 is upgraded in place on
-//! a writable open (every row kept, live), once; a read-only open refuses
-//! it, and a newer version is refused; the metadata tables are checked like
-//! the records table, and their names are reserved.
+//! Schema versions 2 and 3: a records table of version 1 is upgraded in
+//! place on a writable open (every row kept, live), once, through version 2
+//! to 3; a read-only open refuses it, and a newer version is refused; the
+//! metadata tables are checked like the records table, and their names are
+//! reserved. (Version 2 → 3 and the ledger columns: `ledger.rs`.)
 
 use backfill_core::{upsert, Error, Mode, Record, ReplaceGuard, Store, WriteOptions};
 use backfill_sqlite::SqliteStore;
@@ -154,7 +155,7 @@ async fn assert_upgrades_in_place(ddl: &str) {
     assert_eq!(store.rows_with_tombstones().await.unwrap(), v1_rows());
     assert_eq!(store.get("b").await.unwrap(), Some(v1_rows()[1].clone()));
     assert_eq!(store.total_changes().await.unwrap(), 0);
-    assert_eq!(schema_version(&path), Some(2));
+    assert_eq!(schema_version(&path), Some(3));
     assert_eq!(
         column_names(&path),
         ["key", "event_date", "value", "updated_at", "deleted"],
@@ -196,6 +197,28 @@ async fn assert_upgrades_in_place(ddl: &str) {
         record("d", 1, "d", 20),
     ];
     assert_eq!(store.rows_with_tombstones().await.unwrap(), expected_all);
+    // Through version 2 to 3: the days table has the ledger columns, and
+    // both writes wrote their day's ledger row.
+    let days_columns: i64 = raw(&path)
+        .query_row(
+            "SELECT count(*) FROM pragma_table_xinfo('backfill_days')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(days_columns, 19);
+    let ledger = store.ledger(day(1)..=day(2)).await.unwrap();
+    let seen: Vec<_> = ledger
+        .iter()
+        .map(|e| (e.day, e.state(), e.listing_watermark))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (day(1), backfill_core::DayState::Synced, None),
+            (day(2), backfill_core::DayState::Synced, Some(instant(30))),
+        ]
+    );
     drop(store);
 
     // Reopening is a no-op: no DDL, no row, not a byte of the file.
@@ -281,7 +304,7 @@ async fn a_newer_schema_version_is_refused() {
     drop(open(&path).await.unwrap());
     raw(&path)
         .execute(
-            "UPDATE backfill_tables SET schema_version = 3 WHERE records_table = 't'",
+            "UPDATE backfill_tables SET schema_version = 4 WHERE records_table = 't'",
             [],
         )
         .unwrap();
@@ -294,21 +317,21 @@ async fn a_newer_schema_version_is_refused() {
         {
             Err(e @ Error::Open { .. }) => {
                 let message = e.to_string();
-                assert!(message.contains("schema version 3"), "{message}");
+                assert!(message.contains("schema version 4"), "{message}");
                 assert!(message.contains("newer release"), "{message}");
             }
             other => panic!("read_only {read_only}: expected an Open error, got {other:?}"),
         }
     }
-    assert_eq!(schema_version(&path), Some(3), "left as it was");
+    assert_eq!(schema_version(&path), Some(4), "left as it was");
 }
 
 #[tokio::test]
-async fn a_new_table_is_version_2_and_forgets_the_days_of_a_dropped_one() {
+async fn a_new_table_is_version_3_and_forgets_the_days_of_a_dropped_one() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.sqlite");
     let store = open(&path).await.unwrap();
-    assert_eq!(schema_version(&path), Some(2));
+    assert_eq!(schema_version(&path), Some(3));
     let listing = WriteOptions::default()
         .mode(Mode::Replace)
         .as_of(instant(100));
@@ -328,10 +351,16 @@ async fn a_new_table_is_version_2_and_forgets_the_days_of_a_dropped_one() {
     .await
     .unwrap();
     assert_eq!(c.inserted, 1);
-    let days: i64 = raw(&path)
-        .query_row("SELECT count(*) FROM backfill_days", [], |r| r.get(0))
+    // v3: the one day row is the new table's ledger row of that merge,
+    // nothing of the dropped table's (its watermark, its listing).
+    let days: Vec<(String, Option<String>, String)> = raw(&path)
+        .prepare("SELECT day, listing_watermark, mode FROM backfill_days")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(days, 0);
+    assert_eq!(days, [("2026-01-01".to_owned(), None, "merge".to_owned())]);
 }
 
 #[tokio::test]
@@ -352,7 +381,7 @@ async fn a_table_of_the_current_shape_without_its_version_row_is_registered() {
         .execute_batch("DROP TABLE backfill_tables; DROP TABLE backfill_days;")
         .unwrap();
     let store = open(&path).await.unwrap();
-    assert_eq!(schema_version(&path), Some(2));
+    assert_eq!(schema_version(&path), Some(3));
     assert_eq!(store.rows().await.unwrap(), vec![record("a", 1, "v", 1)]);
 }
 
@@ -526,7 +555,7 @@ async fn tables_of_one_file_keep_their_own_watermarks() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [("a".to_owned(), 2), ("b".to_owned(), 2)]);
+    assert_eq!(versions, [("a".to_owned(), 3), ("b".to_owned(), 3)]);
 }
 
 #[tokio::test]
@@ -543,6 +572,6 @@ async fn concurrent_opens_of_a_version_1_file_upgrade_it_once() {
         let store = handle.await.unwrap().unwrap();
         assert_eq!(store.rows().await.unwrap(), v1_rows());
     }
-    assert_eq!(schema_version(&path), Some(2));
+    assert_eq!(schema_version(&path), Some(3));
     assert_eq!(column_names(&path).len(), 5);
 }

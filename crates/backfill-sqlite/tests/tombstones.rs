@@ -1,6 +1,7 @@
 //! Tombstones, listings and the watermark as SQLite stores them: what lands
-//! in the tables, that re-applying writes nothing at all (SQLite's own
-//! change counter), that a refused listing writes nothing, and purge.
+//! in the tables, that re-applying writes no record (SQLite's own change
+//! counter, in which each apply also counts exactly one row: its day's
+//! ledger row), that a refused listing writes nothing, and purge.
 
 use backfill_core::{upsert, Error, MemoryStore, Mode, Record, ReplaceGuard, Store, WriteOptions};
 use backfill_sqlite::SqliteStore;
@@ -140,7 +141,8 @@ async fn a_tombstone_re_applied_writes_nothing() {
         .unwrap();
         assert_eq!((c.stale, c.written()), (1, 0));
     }
-    assert_eq!(store.total_changes().await.unwrap(), before);
+    // Six applies: six ledger rows written, no record.
+    assert_eq!(store.total_changes().await.unwrap(), before + 6);
 }
 
 #[tokio::test]
@@ -158,7 +160,7 @@ async fn a_listing_re_applied_writes_nothing_and_an_older_one_neither() {
         .await
         .unwrap();
     assert_eq!((c.deleted, c.unlisted, c.unchanged), (2, 2, 8));
-    // Two tombstones and the day's watermark row.
+    // Two tombstones and the day's ledger row, with its watermark.
     assert_eq!(store.total_changes().await.unwrap(), before + 3);
     assert_eq!(
         watermark(&path, 1).as_deref(),
@@ -177,7 +179,8 @@ async fn a_listing_re_applied_writes_nothing_and_an_older_one_neither() {
         .await
         .unwrap();
     assert_eq!(c.deleted, 2, "k5 and k6 (at 5 and 6 s), not k7 (at 7 s)");
-    assert_eq!(store.total_changes().await.unwrap(), after + 2);
+    // Two tombstones and three ledger rows (the re-applies wrote no record).
+    assert_eq!(store.total_changes().await.unwrap(), after + 2 + 3);
     assert_eq!(
         watermark(&path, 1).as_deref(),
         Some("2026-01-01T00:01:40.000000Z"),
@@ -221,7 +224,8 @@ async fn a_version_under_the_watermark_is_written_as_its_own_tombstone() {
     .await
     .unwrap();
     assert_eq!((c.stale, c.written()), (1, 0));
-    assert_eq!(store.total_changes().await.unwrap(), before);
+    // Its ledger row, no record.
+    assert_eq!(store.total_changes().await.unwrap(), before + 1);
 }
 
 #[tokio::test]
@@ -235,6 +239,7 @@ async fn a_refused_listing_writes_nothing_not_even_its_watermark() {
         .await
         .unwrap();
     let rows = raw_rows(&path);
+    let ledger = store.ledger(day(1)..=day(1)).await.unwrap();
     // An empty listing under the default guard, and one that would delete
     // 30% of the day under a 20% guard (with a new key in it, merged first
     // and rolled back with the rest).
@@ -260,6 +265,11 @@ async fn a_refused_listing_writes_nothing_not_even_its_watermark() {
     // what is stored.)
     assert_eq!(raw_rows(&path), rows);
     assert_eq!(watermark(&path, 1), None);
+    assert_eq!(
+        store.ledger(day(1)..=day(1)).await.unwrap(),
+        ledger,
+        "a refused listing writes no ledger row"
+    );
 }
 
 #[tokio::test]

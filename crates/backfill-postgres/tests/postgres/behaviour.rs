@@ -1,5 +1,7 @@
 //! Postgres-specific behaviour: bad names and connections are typed errors,
-//! and a re-run of identical rows writes no tuple at all.
+//! a re-run of identical rows writes no tuple of the records table (and
+//! exactly the day's ledger row in `backfill_days`), and the day ledger
+//! commits with the rows.
 
 use backfill_core::{upsert, Error, MemoryStore, Mode, Record, ReplaceGuard, Store, WriteOptions};
 use backfill_postgres::tokio_postgres::{Config, NoTls};
@@ -267,6 +269,13 @@ async fn identical_reapply_writes_no_tuple() {
         (10_001, 0, 0),
         "re-applying identical or stale rows must not insert, update, delete or HOT-update"
     );
+    // The day's ledger row, and only it: inserted by the first apply, then
+    // one HOT update per apply (two re-runs, the stale one, the canary).
+    assert_eq!(
+        relation_stats(&store, "backfill_days").await,
+        (1, 4, 4),
+        "each re-apply writes exactly its day's ledger row"
+    );
 }
 
 #[tokio::test]
@@ -417,8 +426,9 @@ async fn tuples(store: &PostgresStore, relation: &str, key: &str) -> Vec<(String
 
 /// Re-applying a listing (with the same `as_of`, or an older one), a batch
 /// of tombstones, and a live record the watermark turned into a tombstone
-/// writes nothing: no tuple of the records table or of the metadata
-/// tables is written or even locked.
+/// writes no tuple of the records table or of `backfill_tables` (none is
+/// even locked), and exactly one update of the day's ledger row in
+/// `backfill_days` per apply, its watermark kept.
 #[tokio::test]
 async fn replace_and_tombstone_reapply_writes_no_tuple() {
     let Some(url) = testkit::url().await else {
@@ -469,7 +479,10 @@ async fn replace_and_tombstone_reapply_writes_no_tuple() {
     assert_eq!(days_before.len(), 1);
     let stats_before = stats_after(&store, 1_001).await;
     let days_stats = relation_stats(&store, "backfill_days").await;
-    assert_eq!(days_stats, (1, 0, 0));
+    // The day's ledger row: inserted by the first apply, then updated in
+    // place (HOT: no indexed column changes) by each of the three others.
+    assert_eq!(days_stats, (1, 3, 3));
+    let ledger_before = store.ledger(day()..=day()).await.unwrap();
 
     for _ in 0..2 {
         let c = upsert(&store, day(), listing.clone(), replace)
@@ -489,7 +502,26 @@ async fn replace_and_tombstone_reapply_writes_no_tuple() {
         assert_eq!((c.stale, c.written()), (1, 0));
     }
     assert_eq!(tuples(&store, store.table(), "key").await, records_before);
-    assert_eq!(tuples(&store, "backfill_days", "day").await, days_before);
+    // backfill_days: still the one row of the day, its ledger moved forward
+    // by the re-runs (a new tuple of the same row), its watermark kept.
+    let days_after = tuples(&store, "backfill_days", "day").await;
+    assert_eq!(days_after.len(), 1);
+    assert_eq!(days_after[0].0, days_before[0].0);
+    assert_ne!(days_after[0].1, days_before[0].1, "the ledger row moved on");
+    let ledger_after = store.ledger(day()..=day()).await.unwrap();
+    assert_eq!(ledger_after.len(), 1);
+    assert_eq!(
+        ledger_after[0].listing_watermark,
+        Some(as_of),
+        "re-runs keep the watermark"
+    );
+    assert_eq!(
+        ledger_after[0].listing_watermark,
+        ledger_before[0].listing_watermark
+    );
+    let synced = ledger_after[0].synced.as_ref().unwrap();
+    assert!(synced.at >= ledger_before[0].synced.as_ref().unwrap().at);
+    assert_eq!((synced.counts.stale, synced.counts.written()), (1, 0));
     assert_eq!(
         tuples(&store, "backfill_tables", "records_table").await,
         tables_before
@@ -506,7 +538,13 @@ async fn replace_and_tombstone_reapply_writes_no_tuple() {
         (stats_before.0 + 1, stats_before.1, stats_before.2),
         "re-applied listings and tombstones must not insert, update, delete or HOT-update"
     );
-    assert_eq!(relation_stats(&store, "backfill_days").await, days_stats);
+    // backfill_days: exactly one ledger row update per apply (8 re-runs
+    // and the canary), HOT, and no insert or delete.
+    assert_eq!(
+        relation_stats(&store, "backfill_days").await,
+        (days_stats.0, days_stats.1 + 9, days_stats.2 + 9),
+        "each re-apply writes exactly its day's ledger row, nothing else"
+    );
 }
 
 /// Purging removes exactly the tombstones older than the horizon, leaves

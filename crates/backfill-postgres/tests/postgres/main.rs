@@ -7,8 +7,10 @@
 //!   no tuple written on a re-run of merges, listings or tombstones,
 //!   chunking, concurrent writers, listings locking their day, purge).
 //! - `open`: opening checks an existing table and the metadata tables,
-//!   upgrades a version-1 table in place, needs no DDL rights when
+//!   upgrades version-1 tables and version-2 schemas in place, needs no DDL rights when
 //!   everything exists, and names indexes that cannot collide.
+//! - `ledger`: the day ledger commits with the rows, failures keep the last
+//!   success, a read-only role reads it.
 //! - `large_values`: days and values past Postgres' message limit.
 //! - `retry`: which server errors a job retries.
 //! - `tls`: TLS is required when asked for, and works with a private CA.
@@ -17,6 +19,7 @@
 mod behaviour;
 mod conformance;
 mod large_values;
+mod ledger;
 mod open;
 mod outage;
 mod retry;

@@ -29,9 +29,9 @@ const UPDATED_AT: &str = "updated_at timestamptz NOT NULL \
 /// Schema version 2 appends `deleted`, with its CHECK.
 const DELETED: &str = "deleted boolean NOT NULL DEFAULT false CHECK (NOT deleted OR value = '')";
 
-/// The schema's metadata tables, as a migration tool would create them,
-/// and the version row of `records`.
-fn metadata_ddl(schema: &str) -> String {
+/// The schema's metadata tables of schema version 2, as a migration tool
+/// would create them, and the version row of `records`.
+fn metadata_ddl_v2(schema: &str) -> String {
     format!(
         r#"CREATE TABLE {schema}.backfill_tables (records_table text COLLATE "C" PRIMARY KEY, schema_version integer NOT NULL);
            CREATE TABLE {schema}.backfill_days (records_table text COLLATE "C" NOT NULL, day date NOT NULL,
@@ -39,6 +39,63 @@ fn metadata_ddl(schema: &str) -> String {
            INSERT INTO {schema}.backfill_tables VALUES ('records', 2);"#
     )
 }
+
+/// The columns schema version 3 appends to `backfill_days` (the day
+/// ledger), as the crate docs give them to a migration tool.
+const LEDGER_COLUMNS: &str = r#"
+    synced_at         timestamptz NULL,
+    run_id            text COLLATE "C" NULL,
+    mode              text NULL CHECK (mode IN ('merge', 'replace')),
+    as_of             timestamptz NULL,
+    digest            text NULL CHECK (digest ~ '^[0-9a-f]{32}$'),
+    inserted          bigint NULL CHECK (inserted >= 0),
+    updated           bigint NULL CHECK (updated >= 0),
+    unchanged         bigint NULL CHECK (unchanged >= 0),
+    stale             bigint NULL CHECK (stale >= 0),
+    deleted           bigint NULL CHECK (deleted >= 0),
+    unlisted          bigint NULL CHECK (unlisted >= 0),
+    collapsed         bigint NULL CHECK (collapsed >= 0),
+    failed_at         timestamptz NULL,
+    failed_run_id     text NULL,
+    attempts          integer NULL CHECK (attempts >= 1),
+    error             text NULL"#;
+
+/// A migration tool's step of `schema` from version 2 to 3: the ledger
+/// columns on `backfill_days`, the version row of `records`.
+fn migrate_2_to_3(schema: &str) -> String {
+    let add: Vec<String> = LEDGER_COLUMNS
+        .split(",\n")
+        .map(|c| format!("ADD COLUMN {}", c.trim()))
+        .collect();
+    format!(
+        "ALTER TABLE {schema}.backfill_days {}; \
+         UPDATE {schema}.backfill_tables SET schema_version = 3 WHERE records_table = 'records';",
+        add.join(", ")
+    )
+}
+
+/// The columns of `backfill_days` at schema version 3, in order.
+const DAYS_COLUMNS: [&str; 19] = [
+    "records_table",
+    "day",
+    "listing_watermark",
+    "synced_at",
+    "run_id",
+    "mode",
+    "as_of",
+    "digest",
+    "inserted",
+    "updated",
+    "unchanged",
+    "stale",
+    "deleted",
+    "unlisted",
+    "collapsed",
+    "failed_at",
+    "failed_run_id",
+    "attempts",
+    "error",
+];
 
 /// A collation that does not compare by bytes: ICU's root collation when
 /// the server has ICU, else the libc `en_US` or `POSIX`… one that exists.
@@ -524,15 +581,33 @@ async fn a_store_told_not_to_create_runs_no_ddl() {
     );
 
     // What a migration tool creates for version 2: the table with
-    // `deleted`, the metadata tables and the version row.
+    // `deleted`, the metadata tables and the version row. Version 2 needs
+    // one open with DDL rights too.
     admin
         .batch_execute(&format!(
             "DROP TABLE {schema}.records; \
              CREATE TABLE {schema}.records ({KEY}, {EVENT_DATE}, {VALUE}, {UPDATED_AT}, {DELETED}); {}",
-            metadata_ddl(&schema)
+            metadata_ddl_v2(&schema)
         ))
         .await
         .unwrap();
+    refused(open("records").await, "schema version 2");
+    // A version row saying 3 on a `backfill_days` without the ledger: the
+    // open names the columns to add.
+    admin
+        .batch_execute(&format!(
+            "UPDATE {schema}.backfill_tables SET schema_version = 3"
+        ))
+        .await
+        .unwrap();
+    refused(open("records").await, "day ledger");
+    assert_eq!(
+        columns(&admin, &schema, "backfill_days").await,
+        DAYS_COLUMNS[..3],
+        "backfill_days must not have been upgraded"
+    );
+    // The migration tool's step to version 3.
+    admin.batch_execute(&migrate_2_to_3(&schema)).await.unwrap();
     refused(open("records").await, "index on (event_date)");
     assert_eq!(event_date_indexes(&admin, &schema, "records").await, 0);
 
@@ -619,6 +694,10 @@ INSERT INTO {schema}.records VALUES
         columns(&admin, &schema, "records").await,
         ["key", "event_date", "value", "updated_at", "deleted"]
     );
+    assert_eq!(
+        columns(&admin, &schema, "backfill_days").await,
+        DAYS_COLUMNS
+    );
     let version: i32 = admin
         .query_one(
             &format!("SELECT schema_version FROM {schema}.backfill_tables WHERE records_table = 'records'"),
@@ -627,7 +706,12 @@ INSERT INTO {schema}.records VALUES
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 2);
+    // Version 1 goes to 2 and on to the current 3 in one open.
+    assert_eq!(version, 3);
+    assert!(
+        store.ledger(june(1)..=june(2)).await.unwrap().is_empty(),
+        "no day was synced through the ledger yet"
+    );
 
     // Writes work: a listing of June 1st without `b` makes its tombstone.
     let listing = WriteOptions::default()
@@ -644,6 +728,10 @@ INSERT INTO {schema}.records VALUES
         store.rows().await.unwrap(),
         [kept[0].clone(), kept[2].clone()]
     );
+    let ledger = store.ledger(june(1)..=june(2)).await.unwrap();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0].state(), backfill_core::DayState::Synced);
+    assert_eq!(ledger[0].synced.as_ref().unwrap().counts.unlisted, 1);
 
     // Opening again is a no-op: no DDL, no new version row.
     let before = catalog_versions(&admin, &schema, "records").await;
@@ -746,7 +834,7 @@ async fn a_newer_schema_version_is_refused() {
     let schema = store.schema();
     admin
         .batch_execute(&format!(
-            "UPDATE {schema}.backfill_tables SET schema_version = 3 WHERE records_table = '{}'",
+            "UPDATE {schema}.backfill_tables SET schema_version = 4 WHERE records_table = '{}'",
             store.table()
         ))
         .await
@@ -759,7 +847,7 @@ async fn a_newer_schema_version_is_refused() {
             .await;
         match result {
             Err(ref e @ Error::Open { .. }) => {
-                assert!(e.to_string().contains("schema version 3"), "{e}");
+                assert!(e.to_string().contains("schema version 4"), "{e}");
             }
             other => panic!("{table}: expected Open, got {other:?}"),
         }
@@ -802,13 +890,31 @@ async fn metadata_tables_of_another_shape_are_refused() {
             "CREATE VIEW {s}.backfill_days AS SELECT 1 AS x",
             "view",
         ),
+        // Half the ledger: neither version 2 nor 3.
+        (
+            "backfill_days",
+            r#"CREATE TABLE {s}.backfill_days (records_table text COLLATE "C" NOT NULL, day date NOT NULL,
+                 listing_watermark timestamptz NULL, synced_at timestamptz NULL, error text NULL,
+                 PRIMARY KEY (records_table, day))"#,
+            "column digest: missing",
+        ),
+        // A ledger count of another type.
+        (
+            "backfill_days",
+            r#"CREATE TABLE {s}.backfill_days (records_table text COLLATE "C" NOT NULL, day date NOT NULL,
+                 listing_watermark timestamptz NULL, {ledger}, PRIMARY KEY (records_table, day))"#,
+            "column inserted: type integer, expected bigint",
+        ),
     ];
     for (relation, ddl, differs) in cases {
         let schema = testkit::unique_schema();
         admin
             .batch_execute(&format!(
                 "CREATE SCHEMA {schema}; {}",
-                ddl.replace("{s}", &schema)
+                ddl.replace("{s}", &schema).replace(
+                    "{ledger}",
+                    &LEDGER_COLUMNS.replace("inserted          bigint", "inserted integer")
+                )
             ))
             .await
             .unwrap();
@@ -881,4 +987,256 @@ async fn a_new_table_forgets_a_dropped_tables_watermarks() {
         "the old table's watermark applied: {counts:?}"
     );
     assert_eq!(store.rows().await.unwrap(), [record("b", "1")]);
+}
+
+/// `xmin` of the catalog row of `schema.relation`: it changes with any DDL
+/// on it.
+async fn catalog_xmin(admin: &Client, schema: &str, relation: &str) -> String {
+    admin
+        .query_one(
+            "SELECT xmin::text FROM pg_class WHERE oid = format('%I.%I', $1::text, $2::text)::regclass",
+            &[&schema, &relation],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// A schema of version 2 (what the release before the day ledger created:
+/// two records tables with rows and tombstones, listing watermarks in
+/// `backfill_days`).
+async fn create_v2_schema(admin: &Client, schema: &str) {
+    let table = |name: &str| {
+        format!(
+            r#"CREATE TABLE "{schema}"."{name}" (
+    key        text COLLATE "C" PRIMARY KEY CHECK (octet_length(key) BETWEEN 1 AND 512),
+    event_date date NOT NULL CHECK (event_date BETWEEN '0001-01-01' AND '9999-12-31'),
+    value      text COLLATE "C" NOT NULL,
+    updated_at timestamptz NOT NULL CHECK (updated_at >= '0001-01-01 00:00:00+00' AND updated_at < '10000-01-01 00:00:00+00'),
+    deleted    boolean NOT NULL DEFAULT false,
+    CHECK (NOT deleted OR value = '')
+);
+CREATE INDEX ON "{schema}"."{name}" (event_date);"#
+        )
+    };
+    admin
+        .batch_execute(&format!(
+            r#"CREATE SCHEMA {schema};
+{records}
+{others}
+CREATE TABLE IF NOT EXISTS "{schema}"."backfill_tables" (
+    records_table  text COLLATE "C" PRIMARY KEY,
+    schema_version integer NOT NULL
+);
+CREATE TABLE IF NOT EXISTS "{schema}"."backfill_days" (
+    records_table     text COLLATE "C" NOT NULL,
+    day               date NOT NULL,
+    listing_watermark timestamptz NULL,
+    PRIMARY KEY (records_table, day)
+);
+INSERT INTO {schema}.backfill_tables VALUES ('records', 2), ('others', 2);
+INSERT INTO {schema}.records VALUES
+    ('a', '2026-06-01', '1', '2026-06-01 00:00:00+00', false),
+    ('b', '2026-06-01', '', '2026-06-01 00:00:00+00', true),
+    ('c', '2026-06-02', '3', '2026-06-02 00:00:00+00', false);
+INSERT INTO {schema}.others VALUES ('x', '2026-06-01', 'x', '2026-06-01 00:00:00+00', false);
+INSERT INTO {schema}.backfill_days VALUES
+    ('records', '2026-06-01', '2026-06-01 01:00:00+00'),
+    ('others', '2026-06-01', '2026-06-01 02:00:00+00');"#,
+            records = table("records"),
+            others = table("others"),
+        ))
+        .await
+        .unwrap();
+}
+
+/// The schema version recorded for `schema.table`.
+async fn version_of(admin: &Client, schema: &str, table: &str) -> i32 {
+    admin
+        .query_one(
+            &format!(
+                "SELECT schema_version FROM {schema}.backfill_tables WHERE records_table = $1"
+            ),
+            &[&table],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// A schema of version 2 is upgraded in place by the first opens, even
+/// several at once on two records tables: `backfill_days` gets the ledger
+/// columns once, every row, tombstone and watermark is kept, the days
+/// synced before read as missing; writes then work and fill the ledger;
+/// opening again changes nothing.
+#[tokio::test]
+async fn a_version_2_schema_is_upgraded_in_place() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let admin = crate::admin(&url).await;
+    let schema = testkit::unique_schema();
+    create_v2_schema(&admin, &schema).await;
+    let open = |table: &'static str| {
+        PostgresStore::builder()
+            .schema(schema.clone())
+            .table(table)
+            .connect(&url)
+    };
+    let (a, b, c) = tokio::join!(open("records"), open("others"), open("records"));
+    let (store, others, _c) = (a.unwrap(), b.unwrap(), c.unwrap());
+    assert_eq!(
+        columns(&admin, &schema, "backfill_days").await,
+        DAYS_COLUMNS
+    );
+    assert_eq!(version_of(&admin, &schema, "records").await, 3);
+    assert_eq!(version_of(&admin, &schema, "others").await, 3);
+
+    let june = |d| NaiveDate::from_ymd_opt(2026, 6, d).unwrap();
+    let at = |d, h| Utc.with_ymd_and_hms(2026, 6, d, h, 0, 0).unwrap();
+    assert_eq!(
+        store.rows_with_tombstones().await.unwrap(),
+        [
+            Record::new("a", june(1), "1", at(1, 0)).unwrap(),
+            Record::tombstone("b", june(1), at(1, 0)).unwrap(),
+            Record::new("c", june(2), "3", at(2, 0)).unwrap(),
+        ],
+        "every row and tombstone kept"
+    );
+    assert_eq!(
+        others.rows().await.unwrap(),
+        [Record::new("x", june(1), "x", at(1, 0)).unwrap()]
+    );
+    for (store, watermark) in [(&store, at(1, 1)), (&others, at(1, 2))] {
+        let ledger = store.ledger(june(1)..=june(2)).await.unwrap();
+        assert_eq!(ledger.len(), 1, "{store:?}");
+        assert_eq!(ledger[0].day, june(1));
+        assert_eq!(ledger[0].listing_watermark, Some(watermark), "kept");
+        assert_eq!(
+            ledger[0].state(),
+            backfill_core::DayState::Missing,
+            "a day synced before the upgrade reads as missing"
+        );
+    }
+
+    // The watermark still rules: a version at or before it arrives deleted.
+    // And the day is now in the ledger, its watermark kept.
+    let late = Record::new("d", june(1), "4", at(1, 0)).unwrap();
+    let counts = upsert(&store, june(1), vec![late], WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(counts.deleted, 1);
+    let ledger = store.ledger(june(1)..=june(1)).await.unwrap();
+    assert_eq!(ledger[0].state(), backfill_core::DayState::Synced);
+    assert_eq!(ledger[0].listing_watermark, Some(at(1, 1)));
+    assert_eq!(ledger[0].synced.as_ref().unwrap().counts.deleted, 1);
+    // The other table's day is untouched.
+    let theirs = others.ledger(june(1)..=june(1)).await.unwrap();
+    assert_eq!(theirs[0].state(), backfill_core::DayState::Missing);
+
+    // Opening again is a no-op: no DDL on any table, no version row
+    // rewritten.
+    let catalog = || async {
+        (
+            catalog_versions(&admin, &schema, "records").await,
+            catalog_versions(&admin, &schema, "others").await,
+            catalog_xmin(&admin, &schema, "backfill_days").await,
+        )
+    };
+    let before = catalog().await;
+    for create in [true, false] {
+        for table in ["records", "others"] {
+            PostgresStore::builder()
+                .schema(schema.clone())
+                .table(table)
+                .create_if_missing(create)
+                .connect(&url)
+                .await
+                .unwrap();
+        }
+    }
+    assert_eq!(catalog().await, before);
+}
+
+/// A role that may not run DDL (least privilege, read-only) cannot add the
+/// ledger's columns to a version-2 schema: a clear Open error, and nothing
+/// is changed. Once an owner's open has added them, raising a table's
+/// version row is all that is left: DML a least-privilege role may do, and
+/// a read-only one may not.
+#[tokio::test]
+async fn a_version_2_schema_needs_ddl_rights_to_upgrade() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let admin = crate::admin(&url).await;
+    let schema = testkit::unique_schema();
+    create_v2_schema(&admin, &schema).await;
+    let (least, read_only) = (role_name("v2dml_"), role_name("v2ro_"));
+    for role in [&least, &read_only] {
+        create_role(&admin, role).await;
+        admin
+            .batch_execute(&format!(
+                "GRANT USAGE ON SCHEMA {schema} TO {role}; \
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.records, {schema}.others, \
+                     {schema}.backfill_tables, {schema}.backfill_days TO {role};"
+            ))
+            .await
+            .unwrap();
+    }
+    admin
+        .batch_execute(&format!(
+            "ALTER ROLE {read_only} SET default_transaction_read_only = on"
+        ))
+        .await
+        .unwrap();
+    let open_as = |role: &str, table: &'static str| {
+        PostgresStore::builder()
+            .schema(schema.clone())
+            .table(table)
+            .connect_with(config_as(&url, role))
+    };
+    let first = [
+        ("least privilege", open_as(&least, "records").await),
+        ("read-only", open_as(&read_only, "records").await),
+    ];
+    let unchanged = columns(&admin, &schema, "backfill_days").await;
+    let version = version_of(&admin, &schema, "records").await;
+    // The owner upgrades the schema through the other table.
+    PostgresStore::builder()
+        .schema(schema.clone())
+        .table("others")
+        .connect(&url)
+        .await
+        .unwrap();
+    let read_only_after = open_as(&read_only, "records").await;
+    let least_after = match open_as(&least, "records").await {
+        Ok(store) => store.rows().await.map(|rows| rows.len()),
+        Err(e) => Err(e),
+    };
+    drop_role(&admin, &least).await;
+    drop_role(&admin, &read_only).await;
+
+    for (what, result) in first {
+        match result {
+            Err(ref e @ Error::Open { .. }) => {
+                let message = e.to_string();
+                assert!(
+                    message.contains("schema version 2") && message.contains("DDL"),
+                    "{what}: {message}"
+                );
+            }
+            other => panic!("{what}: expected Open, got {other:?}"),
+        }
+    }
+    assert_eq!(unchanged, DAYS_COLUMNS[..3], "left as it was");
+    assert_eq!(version, 2);
+    match read_only_after {
+        Err(ref e @ Error::Open { .. }) => {
+            assert!(e.to_string().contains("schema version 2"), "{e}");
+        }
+        other => panic!("read-only: expected Open, got {other:?}"),
+    }
+    let rows = least_after.expect("only the version row was left to raise");
+    assert_eq!(rows, 2);
+    assert_eq!(version_of(&admin, &schema, "records").await, 3);
 }
