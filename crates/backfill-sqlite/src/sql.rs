@@ -388,9 +388,13 @@ pub(crate) struct Statements {
     pub(crate) day: String,
     /// Every row, tombstones included, in key order.
     pub(crate) all_with_tombstones: String,
-    /// The one conditional write of a record: the version order and the
-    /// watermark rule, decided by SQLite.
-    pub(crate) upsert: String,
+    /// The write of a record whose key is absent (a no-op when it is
+    /// present), with the watermark rule.
+    pub(crate) insert_absent: String,
+    /// The write of a record over a stored version it supersedes (a no-op
+    /// otherwise: the version order is the statement's own WHERE), with the
+    /// watermark rule.
+    pub(crate) update_older: String,
     /// The listing watermark of day `?1`, if any.
     pub(crate) watermark: String,
     /// A listing's day: `(live rows, live rows it would tombstone)`.
@@ -432,19 +436,21 @@ impl Statements {
             // The version compare in DO UPDATE's WHERE is of the *incoming*
             // version, not the tombstone it may become (`excluded`), so
             // whether a record is written does not depend on the watermark.
-            upsert: format!(
+            insert_absent: format!(
                 r#"INSERT INTO "{table}" ({cols})
 VALUES (?1, ?2,
         CASE WHEN ?5 = 0 AND ?4 <= ?6 THEN '' ELSE ?3 END,
         ?4,
         CASE WHEN ?5 = 0 AND ?4 <= ?6 THEN 1 ELSE ?5 END)
-ON CONFLICT (key) DO UPDATE SET
-    event_date = excluded.event_date,
-    value = excluded.value,
-    updated_at = excluded.updated_at,
-    deleted = excluded.deleted
-WHERE (?4, ?5, ?3, ?2)
-    > ("{table}".updated_at, "{table}".deleted, "{table}".value, "{table}".event_date)"#
+ON CONFLICT (key) DO NOTHING"#
+            ),
+            update_older: format!(
+                r#"UPDATE "{table}" SET
+    event_date = ?2,
+    value = CASE WHEN ?5 = 0 AND ?4 <= ?6 THEN '' ELSE ?3 END,
+    updated_at = ?4,
+    deleted = CASE WHEN ?5 = 0 AND ?4 <= ?6 THEN 1 ELSE ?5 END
+WHERE key = ?1 AND (?4, ?5, ?3, ?2) > (updated_at, deleted, value, event_date)"#
             ),
             watermark: format!(
                 "SELECT listing_watermark FROM {DAYS} WHERE records_table = '{table}' AND day = ?1"

@@ -289,14 +289,14 @@ impl Store for SqliteStore {
 /// order.
 ///
 /// 1. The watermark of each of the batch's days is read once (under the
-///    write lock it cannot move). Each record goes through
-///    [`Statements::upsert`], which decides in SQLite whether it is written
-///    (the version order) and whether as itself or as its own tombstone
-///    (the watermark rule, on the bound watermark). The stored version is
-///    read first only to *count* (inserted, updated, unchanged, stale), and
-///    whether the upsert wrote is cross-checked against that count. (A
-///    watermark looked up by a subquery in every upsert cost 3× the whole
-///    write.)
+///    write lock it cannot move; a subquery in every write cost 3× the
+///    whole write). Each record is first offered to
+///    [`Statements::insert_absent`]: an absent key is inserted — as itself,
+///    or as its own tombstone under the watermark rule — in one statement,
+///    as fast as a bulk load. A stored key's version is read to count what
+///    happens; a newer record goes to [`Statements::update_older`], whose
+///    own WHERE compares the versions again, and the two must agree.
+///    Identical and older records are not written.
 /// 2. A listing: the day's live rows are counted, the guard asked
 ///    ([`Batch::check_replace`]), and the unlisted ones turned into their
 ///    own tombstones in one statement.
@@ -321,8 +321,9 @@ fn apply_batch(conn: &mut Connection, sql: &Statements, batch: &Batch) -> Result
                 .map_err(backend)?;
             watermarks.insert(day, mark.flatten());
         }
+        let mut insert = tx.prepare_cached(&sql.insert_absent).map_err(backend)?;
         let mut stored = tx.prepare_cached(&sql.get_version).map_err(backend)?;
-        let mut upsert = tx.prepare_cached(&sql.upsert).map_err(backend)?;
+        let mut update = tx.prepare_cached(&sql.update_older).map_err(backend)?;
         for record in batch.records() {
             let date = format_date(record.event_date());
             let instant = format_instant(record.updated_at());
@@ -330,75 +331,55 @@ fn apply_batch(conn: &mut Connection, sql: &Statements, batch: &Batch) -> Result
             let mark = watermarks
                 .get(&record.event_date())
                 .and_then(Option::as_deref);
-            // Read only to *count* what the upsert is about to do; whether
-            // it writes, and what, is decided by the upsert itself, and the
-            // two are cross-checked below.
-            let before: Option<(String, i64, String, String)> = stored
+            let values = params![record.key(), date, record.value(), instant, deleted, mark];
+            // What the statements' CASE makes of the record when they write
+            // it (the same comparison, on the same text, for counting only).
+            let tombstone = deleted == 1 || mark.is_some_and(|m| instant.as_str() <= m);
+            // An absent key: one plain insert, as fast as a bulk load.
+            if insert.execute(values).map_err(backend)? == 1 {
+                if tombstone {
+                    counts.deleted += 1;
+                } else {
+                    counts.inserted += 1;
+                }
+                continue;
+            }
+            // A stored key: its version is read to count what happens, and
+            // only a newer record goes to the update, whose own WHERE
+            // compares the versions again; the two must agree.
+            let (s_instant, s_deleted, s_value, s_date): (String, i64, String, String) = stored
                 .query_row([record.key()], |row| {
                     Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
                 })
-                .optional()
                 .map_err(backend)?;
-            let changed = upsert
-                .execute(params![
-                    record.key(),
-                    date,
-                    record.value(),
-                    instant,
-                    deleted,
-                    mark
-                ])
-                .map_err(backend)?;
-            // What the upsert's CASE makes of the record when it writes it
-            // (the same comparison, on the same text, for counting only).
-            let buried = deleted == 0 && mark.is_some_and(|m| instant.as_str() <= m);
-            let written = (changed == 1).then_some(i64::from(deleted == 1 || buried));
             let incoming = (instant.as_str(), deleted, record.value(), date.as_str());
-            let order = before
-                .as_ref()
-                .map(|(s_instant, s_deleted, s_value, s_date)| {
-                    incoming.cmp(&(
-                        s_instant.as_str(),
-                        *s_deleted,
-                        s_value.as_str(),
-                        s_date.as_str(),
-                    ))
-                });
-            let was_live = before.as_ref().is_some_and(|b| b.1 == 0);
-            let agrees = match (order, written) {
-                (None | Some(Ordering::Greater), Some(tombstone)) => {
-                    match (tombstone != 0, was_live) {
+            let stored_version = (
+                s_instant.as_str(),
+                s_deleted,
+                s_value.as_str(),
+                s_date.as_str(),
+            );
+            match incoming.cmp(&stored_version) {
+                Ordering::Equal => counts.unchanged += 1,
+                Ordering::Less => counts.stale += 1,
+                Ordering::Greater => {
+                    if update.execute(values).map_err(backend)? != 1 {
+                        return Err(Error::backend(
+                            BACKEND,
+                            false,
+                            format!(
+                                "version order disagreement on key {:?}: SQLite did not \
+                                 write a newer version; is the table's collation BINARY?",
+                                record.key()
+                            ),
+                        ));
+                    }
+                    match (tombstone, s_deleted == 0) {
                         (true, _) => counts.deleted += 1,
                         (false, true) => counts.updated += 1,
                         (false, false) => counts.inserted += 1,
                     }
-                    // A tombstone is written as one.
-                    deleted <= tombstone
                 }
-                (Some(Ordering::Equal), None) => {
-                    counts.unchanged += 1;
-                    true
-                }
-                (Some(Ordering::Less), None) => {
-                    counts.stale += 1;
-                    true
-                }
-                _ => false,
-            };
-            if !agrees {
-                return Err(Error::backend(
-                    BACKEND,
-                    false,
-                    format!(
-                        "version order disagreement on key {:?}: SQLite {}; \
-                         is the table's collation BINARY?",
-                        record.key(),
-                        match written {
-                            Some(d) => format!("wrote it with deleted = {d}"),
-                            None => "did not write it".to_owned(),
-                        }
-                    ),
-                ));
             }
         }
     }
