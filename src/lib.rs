@@ -37,7 +37,8 @@ pub use backfill_core::{
     DayReport, DayState, DayStatus, Digest, Error, Event, EventDates, FailedDay, Fetch, Fetched,
     Field, FixedClock, Job, LedgerEntry, MemoryStore, Mode, NotSelected, Problem, Record, Refusal,
     ReplaceGuard, Result, Retry, RunId, RunReport, Select, Status, Store, SyncStamp, SyncedDay,
-    SystemClock, Transient, WriteOptions, MAX_ERROR_BYTES, MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR,
+    SystemClock, Transient, WriteOptions, MAX_ERROR_BYTES, MAX_KEY_BYTES, MAX_RUN_ID_BYTES,
+    MAX_YEAR, MIN_YEAR,
 };
 
 /// The conformance suite every store must pass (test support, exempt from

@@ -43,11 +43,35 @@ impl fmt::Display for RunId {
     }
 }
 
+/// The longest run id kept, in bytes.
+pub const MAX_RUN_ID_BYTES: usize = 256;
+
 impl From<String> for RunId {
     /// An id read back from a store, or chosen by the caller (an
-    /// orchestrator's own run id).
+    /// orchestrator's own run id). Every store must be able to keep it, so
+    /// a NUL character becomes U+FFFD and the id is cut to
+    /// [`MAX_RUN_ID_BYTES`] at a character boundary.
     fn from(id: String) -> Self {
+        let mut id = if id.contains('\0') {
+            id.replace('\0', "\u{FFFD}")
+        } else {
+            id
+        };
+        if id.len() > MAX_RUN_ID_BYTES {
+            let mut end = MAX_RUN_ID_BYTES;
+            while !id.is_char_boundary(end) {
+                end -= 1;
+            }
+            id.truncate(end);
+        }
         Self(id)
+    }
+}
+
+impl From<&str> for RunId {
+    /// As `From<String>`.
+    fn from(id: &str) -> Self {
+        Self::from(id.to_owned())
     }
 }
 
@@ -310,6 +334,15 @@ mod tests {
         let f = DayFailure::new(at, None, 3, &long);
         assert!(f.error.len() <= MAX_ERROR_BYTES && f.error.ends_with('…'));
         assert_eq!(DayFailure::new(at, None, 1, "503").error, "503");
+    }
+
+    #[test]
+    fn chosen_run_ids_are_kept_storable() {
+        assert_eq!(RunId::from("airflow-run-42").as_str(), "airflow-run-42");
+        assert_eq!(RunId::from("a\0b").as_str(), "a\u{FFFD}b");
+        let long = RunId::from("é".repeat(MAX_RUN_ID_BYTES));
+        assert!(long.as_str().len() <= MAX_RUN_ID_BYTES);
+        assert!(long.as_str().chars().all(|c| c == 'é'));
     }
 
     #[test]

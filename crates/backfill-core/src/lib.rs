@@ -77,6 +77,7 @@ pub use job::{
 };
 pub use ledger::{
     DayFailure, DayState, Digest, LedgerEntry, RunId, SyncStamp, SyncedDay, MAX_ERROR_BYTES,
+    MAX_RUN_ID_BYTES,
 };
 pub use memory::MemoryStore;
 pub use record::{Record, MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
