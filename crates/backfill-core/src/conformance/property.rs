@@ -123,40 +123,58 @@ async fn check_scenario(
 /// is shrunk to a small scenario and printed with its seed.
 pub async fn any_order_converges(store: &dyn Store) {
     static CASE: AtomicUsize = AtomicUsize::new(0);
+    // Each try, shrunk ones included, runs under a fresh prefix, so earlier
+    // tries cannot influence it.
+    let check = async |scenario: &Scenario| {
+        let prefix = format!("converge/{}/", CASE.fetch_add(1, Ordering::Relaxed));
+        check_scenario(store, &prefix, &rebase(scenario, &prefix)).await
+    };
+    let strategy = scenario_strategy("converge/generated/".to_owned());
+    if let Some((seed, scenario, why)) = smallest_failure(48, 0x00c0_ffee, strategy, check).await {
+        panic!(
+            "convergence broken (BACKFILL_PROPTEST_SEED={seed}); smallest failing scenario:\n{scenario:#?}\n{why}"
+        );
+    }
+}
+
+/// Runs `check` on `cases` values of `strategy` (`BACKFILL_PROPTEST_CASES`
+/// overrides it) from `seed` (`BACKFILL_PROPTEST_SEED` overrides it). On the
+/// first failure, shrinks it (at most 256 steps) and returns the seed, the
+/// smallest failing value and why it fails.
+async fn smallest_failure<S>(
+    cases: u32,
+    seed: u64,
+    strategy: S,
+    check: impl AsyncFn(&S::Value) -> Result<(), String>,
+) -> Option<(u64, S::Value, String)>
+where
+    S: Strategy,
+{
     let cases: u32 = std::env::var("BACKFILL_PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(48);
+        .unwrap_or(cases);
     let seed: u64 = std::env::var("BACKFILL_PROPTEST_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0x00c0_ffee);
+        .unwrap_or(seed);
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
     let mut runner = TestRunner::new_with_rng(Config::default(), rng);
-    let fresh_prefix = || format!("converge/{}/", CASE.fetch_add(1, Ordering::Relaxed));
-
     for _ in 0..cases {
-        let prefix = fresh_prefix();
-        let mut tree = scenario_strategy(prefix.clone())
+        let mut tree = strategy
             .new_tree(&mut runner)
-            .expect("generating a scenario");
-        let Err(first) = check_scenario(store, &prefix, &tree.current()).await else {
+            .expect("generating a test case");
+        let Err(first) = check(&tree.current()).await else {
             continue;
         };
-        // Shrink: each try runs under a fresh prefix, so earlier tries
-        // cannot influence it.
         let mut smallest = (tree.current(), first);
-        let mut steps = 0;
         if tree.simplify() {
-            while steps < 256 {
-                steps += 1;
-                let prefix = fresh_prefix();
-                let candidate = rebase(&tree.current(), &prefix);
-                match check_scenario(store, &prefix, &candidate).await {
+            for _ in 0..256 {
+                match check(&tree.current()).await {
                     Err(why) => {
-                        smallest = (candidate, why);
+                        smallest = (tree.current(), why);
                         if !tree.simplify() {
                             break;
                         }
@@ -169,11 +187,9 @@ pub async fn any_order_converges(store: &dyn Store) {
                 }
             }
         }
-        panic!(
-            "convergence broken (BACKFILL_PROPTEST_SEED={seed}); smallest failing scenario:\n{:#?}\n{}",
-            smallest.0, smallest.1
-        );
+        return Some((seed, smallest.0, smallest.1));
     }
+    None
 }
 
 /// The same scenario with its keys moved under `prefix`.
@@ -516,48 +532,12 @@ async fn check_upstream(store: &dyn Store, upstream: &Upstream) -> Result<(), St
 /// re-applying writes nothing. A failure is shrunk to a short history and
 /// printed with its seed.
 pub async fn listings_and_deletes_converge(store: &dyn Store) {
-    let cases: u32 = std::env::var("BACKFILL_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(32);
-    let seed: u64 = std::env::var("BACKFILL_PROPTEST_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed_0002);
-    let mut seed_bytes = [0u8; 32];
-    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
-    let mut runner = TestRunner::new_with_rng(Config::default(), rng);
-    for _ in 0..cases {
-        let mut tree = upstream_strategy()
-            .new_tree(&mut runner)
-            .expect("generating an upstream");
-        let Err(first) = check_upstream(store, &tree.current()).await else {
-            continue;
-        };
-        let mut smallest = (tree.current(), first);
-        let mut steps = 0;
-        if tree.simplify() {
-            while steps < 256 {
-                steps += 1;
-                match check_upstream(store, &tree.current()).await {
-                    Err(why) => {
-                        smallest = (tree.current(), why);
-                        if !tree.simplify() {
-                            break;
-                        }
-                    }
-                    Ok(()) => {
-                        if !tree.complicate() {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
+    let check = async |upstream: &Upstream| check_upstream(store, upstream).await;
+    if let Some((seed, upstream, why)) =
+        smallest_failure(32, 0x5eed_0002, upstream_strategy(), check).await
+    {
         panic!(
-            "listings and deletes diverge (BACKFILL_PROPTEST_SEED={seed}); smallest failing upstream:\n{:#?}\n{}",
-            smallest.0, smallest.1
+            "listings and deletes diverge (BACKFILL_PROPTEST_SEED={seed}); smallest failing upstream:\n{upstream:#?}\n{why}"
         );
     }
 }
