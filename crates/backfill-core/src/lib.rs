@@ -73,7 +73,8 @@ pub use error::{BoxError, Error, Field, Problem, Result, Transient};
 pub use fetch::{Fetch, Fetched};
 pub use job::{
     backfill, sync_day, BackfillError, Clock, DayReport, DayStatus, Event, FailedDay, FixedClock,
-    Job, NotSelected, Retry, RunReport, Select, Status, SystemClock,
+    Job, NotSelected, ParseShardError, Retry, RunReport, Select, Shard, Status, StopHandle,
+    SystemClock,
 };
 pub use ledger::{
     DayFailure, DayState, Digest, LedgerEntry, RunId, SyncStamp, SyncedDay, MAX_ERROR_BYTES,

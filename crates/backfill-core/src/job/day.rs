@@ -66,7 +66,11 @@ impl Job {
                         self.emit(Event::DayFinished { report: &report });
                         return Ok(report);
                     }
-                    Err(error) if error.is_retryable() && attempt < self.retry.attempt_limit() => {
+                    Err(error)
+                        if error.is_retryable()
+                            && attempt < self.retry.attempt_limit()
+                            && !self.stop.is_stopped() =>
+                    {
                         let delay = self.retry.delay(attempt);
                         tracing::warn!(attempt, ?delay, %error, "day failed, retrying");
                         self.emit(Event::DayRetrying {

@@ -9,7 +9,9 @@
 //! - `report.rs`: [`DayReport`], [`FailedDay`], [`RunReport`],
 //!   [`BackfillError`];
 //! - `select.rs`: choosing days by the ledger ([`Select`]) and where days
-//!   stand ([`Status`]).
+//!   stand ([`Status`]);
+//! - `shard.rs`: splitting days between processes ([`Shard`]);
+//! - `stop.rs`: winding a run down ([`StopHandle`]).
 
 mod clock;
 mod day;
@@ -17,6 +19,8 @@ mod event;
 mod report;
 mod retry;
 mod select;
+mod shard;
+mod stop;
 
 use std::fmt;
 use std::ops::RangeInclusive;
@@ -42,6 +46,8 @@ pub use self::event::Event;
 pub use self::report::{BackfillError, DayReport, FailedDay, RunReport};
 pub use self::retry::Retry;
 pub use self::select::{DayStatus, NotSelected, Select, Status};
+pub use self::shard::{ParseShardError, Shard};
+pub use self::stop::StopHandle;
 
 /// A configured job: the one object behind the daily sync and the backfill,
 /// so both run with the same clock, time zone, write options, retries and
@@ -90,6 +96,8 @@ pub struct Job {
     dry_run: bool,
     observer: Option<Observer>,
     select: Select,
+    shard: Option<Shard>,
+    stop: StopHandle,
     run_id: Option<RunId>,
 }
 
@@ -112,6 +120,8 @@ impl fmt::Debug for Job {
             .field("dry_run", &self.dry_run)
             .field("observer", &self.observer.is_some())
             .field("select", &self.select)
+            .field("shard", &self.shard)
+            .field("stopped", &self.stop.is_stopped())
             .field("run_id", &self.run_id)
             .finish()
     }
@@ -133,6 +143,8 @@ impl Job {
             dry_run: false,
             observer: None,
             select: Select::All,
+            shard: None,
+            stop: StopHandle::new(),
             run_id: None,
         }
     }
@@ -177,6 +189,23 @@ impl Job {
     /// [`WriteOptions::skip_unchanged`](crate::WriteOptions::skip_unchanged).
     pub fn skip_unchanged(mut self, skip: bool) -> Self {
         self.write.skip_unchanged = skip;
+        self
+    }
+
+    /// Runs only this shard's days of every range [`Job::backfill`] and
+    /// [`Job::sync_with_lookback`] plan (default: every day), so N
+    /// processes with shards `0/N` … `N-1/N` cover a range exactly once.
+    /// [`Job::sync_day`] always runs its day; [`Job::status`] shows every
+    /// day.
+    pub fn shard(mut self, shard: Shard) -> Self {
+        self.shard = Some(shard);
+        self
+    }
+
+    /// Winds the job down when `handle` is stopped: no new day, no new
+    /// attempt; days in flight finish. See [`StopHandle`].
+    pub fn stop_handle(mut self, handle: StopHandle) -> Self {
+        self.stop = handle;
         self
     }
 
@@ -249,17 +278,19 @@ impl Job {
         self.calendar.day_of(self.clock.now())
     }
 
-    /// The days a backfill of `days` would sync, in order.
+    /// The days a backfill of `days` would consider, in order: every day
+    /// of the range, or the job's [`Shard`] of them. (Which of those it
+    /// then runs depends on [`Job::select`] and the store's ledger.)
     ///
     /// # Errors
     ///
     /// [`Error::InvalidRange`] if the range is inverted.
     pub fn plan(&self, days: RangeInclusive<NaiveDate>) -> Result<Vec<NaiveDate>> {
-        let (start, end) = days.into_inner();
-        if start > end {
-            return Err(Error::InvalidRange { start, end });
+        let mut days = every_day(days)?;
+        if let Some(shard) = self.shard {
+            days.retain(|day| shard.contains(*day));
         }
-        Ok(start.iter_days().take_while(|day| *day <= end).collect())
+        Ok(days)
     }
 
     fn emit(&self, event: Event<'_>) {
@@ -366,14 +397,16 @@ impl Job {
         S: Store + ?Sized,
         F: Fetch + ?Sized,
     {
+        let (start, end) = (*days.start(), *days.end());
         let planned = self.plan(days)?;
         let run_id = self.run_id.clone().unwrap_or_default();
         let span = tracing::info_span!(
             "backfill",
             run_id = %run_id,
-            start = %planned[0],
-            end = %planned[planned.len() - 1],
+            start = %start,
+            end = %end,
             days = planned.len(),
+            shard = self.shard.map(tracing::field::display),
             concurrency = self.concurrency,
             dry_run = self.dry_run,
         );
@@ -431,7 +464,7 @@ impl Job {
     where
         S: Store + ?Sized,
     {
-        let planned = self.plan(days)?;
+        let planned = every_day(days)?;
         let range = planned[0]..=planned[planned.len() - 1];
         let mut ledger = store.ledger(range).await?.into_iter().peekable();
         let mut status = Status::default();
@@ -481,7 +514,7 @@ impl Job {
         let stop = &stop;
         let mut outcomes: Vec<Outcome> = futures_util::stream::iter(report.planned.clone())
             .map(|day| async move {
-                if stop.load(Ordering::SeqCst) {
+                if stop.load(Ordering::SeqCst) || self.stop.is_stopped() {
                     return Outcome::Skipped(day);
                 }
                 match self.run_day(store, fetch, day, run_id).await {
@@ -511,6 +544,7 @@ impl Job {
             }
         }
         report.elapsed = started.elapsed();
+        report.stopped = self.stop.is_stopped();
         let totals = report.totals();
         tracing::info!(
             synced = report.days.len(),
@@ -532,6 +566,15 @@ impl Job {
             ))))
         }
     }
+}
+
+/// Every day of an inclusive range, in order.
+fn every_day(days: RangeInclusive<NaiveDate>) -> Result<Vec<NaiveDate>> {
+    let (start, end) = days.into_inner();
+    if start > end {
+        return Err(Error::InvalidRange { start, end });
+    }
+    Ok(start.iter_days().take_while(|day| *day <= end).collect())
 }
 
 enum Outcome {

@@ -120,8 +120,12 @@ pub struct RunReport {
     pub days: Vec<DayReport>,
     /// The days that failed, in day order.
     pub failed: Vec<FailedDay>,
-    /// Days never started because of [`Job::fail_fast`](super::Job::fail_fast).
+    /// Days never started, because of [`Job::fail_fast`](super::Job::fail_fast)
+    /// or because the run was stopped.
     pub skipped: Vec<NaiveDate>,
+    /// Whether the run's [`StopHandle`](super::StopHandle) was stopped
+    /// (days in flight then finished; days not started are `skipped`).
+    pub stopped: bool,
     /// Whether this was a dry run (nothing fetched or written).
     pub dry_run: bool,
     /// Wall time of the whole run.
@@ -224,7 +228,8 @@ impl fmt::Display for RunReport {
             writeln!(f, "{failure}")?;
         }
         for day in &self.skipped {
-            writeln!(f, "{day:<10}  not started (fail-fast)")?;
+            let why = if self.stopped { "stopped" } else { "fail-fast" };
+            writeln!(f, "{day:<10}  not started ({why})")?;
         }
         let attempts = self.days.iter().map(|d| d.attempts).sum();
         line(f, "total", &self.totals(), attempts, self.elapsed)?;
@@ -298,11 +303,7 @@ impl fmt::Display for BackfillError {
             self.report.planned.len()
         )?;
         if !self.report.skipped.is_empty() {
-            write!(
-                f,
-                " ({} not started after the failure)",
-                self.report.skipped.len()
-            )?;
+            write!(f, " ({} not started)", self.report.skipped.len())?;
         }
         f.write_str(":")?;
         for (day, error) in &self.failed {

@@ -16,6 +16,8 @@ pub enum Select {
     All,
     /// Days never synced.
     Missing,
+    /// Days whose last attempt failed (and were not synced since).
+    Failed,
     /// Days never synced, and days whose last attempt failed.
     MissingOrFailed,
     /// Days not synced since an instant: missing, failed, or last synced
@@ -30,6 +32,7 @@ impl Select {
         match self {
             Select::All => true,
             Select::Missing => state == DayState::Missing,
+            Select::Failed => state == DayState::Failed,
             Select::MissingOrFailed => state != DayState::Synced,
             Select::NotSyncedSince(at) => {
                 state != DayState::Synced

@@ -483,6 +483,7 @@ async fn selectors_run_exactly_their_days() {
     let cases = [
         (Select::All, (1..=10).collect::<Vec<u32>>()),
         (Select::Missing, vec![7, 8, 9, 10]),
+        (Select::Failed, vec![5, 6]),
         (Select::MissingOrFailed, vec![5, 6, 7, 8, 9, 10]),
         (
             Select::NotSyncedSince(utc(2026, 7, 22, 0, 0)),
@@ -590,4 +591,123 @@ async fn status_renders_a_readable_table() {
         assert_eq!(json["days"][0]["state"], "synced");
         assert_eq!(json["days"][9]["state"], "missing");
     }
+}
+
+/// N shards of a range run every day exactly once between them, each only
+/// its own, with selection applied within the shard; a shard with no day in
+/// a short range plans nothing and fetches nothing.
+#[tokio::test]
+async fn shards_run_each_day_exactly_once() {
+    let d = |n| date(2026, 7, n);
+    for count in [1u32, 2, 3, 7, 12] {
+        let store = MemoryStore::new();
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        for index in 0..count {
+            let seen = Arc::clone(&ran);
+            let fetch = move |day: NaiveDate| {
+                seen.lock().unwrap().push((index, day));
+                std::future::ready(Ok::<_, Transient>(records_of(day, 2)))
+            };
+            let shard = Shard::new(index, count).unwrap();
+            let job = Job::new().shard(shard).concurrency(3);
+            let report = job.backfill(&store, &fetch, d(1)..=d(10)).await.unwrap();
+            assert!(report.planned.iter().all(|day| shard.contains(*day)));
+        }
+        let mut days: Vec<NaiveDate> = ran.lock().unwrap().iter().map(|(_, day)| *day).collect();
+        days.sort();
+        assert_eq!(days, (1..=10).map(d).collect::<Vec<_>>(), "{count} shards");
+        assert_eq!(store.rows().await.unwrap().len(), 20);
+    }
+    // Within a shard, selection still applies.
+    let store = ledger_fixture().await;
+    let shard = Shard::new(1, 2).unwrap();
+    let job = Job::new().shard(shard).select(Select::MissingOrFailed);
+    let plan = job
+        .dry_run(true)
+        .backfill(&store, &fetch_ok, d(1)..=d(10))
+        .await
+        .unwrap();
+    let expected: Vec<_> = [5, 6, 7, 8, 9, 10]
+        .into_iter()
+        .map(d)
+        .filter(|day| shard.contains(*day))
+        .collect();
+    assert_eq!(plan.planned, expected);
+    // A one-day range: one shard of two has nothing to do.
+    let empty = [Shard::new(0, 2).unwrap(), Shard::new(1, 2).unwrap()]
+        .into_iter()
+        .find(|s| !s.contains(d(3)))
+        .unwrap();
+    let report = Job::new()
+        .shard(empty)
+        .backfill(&MemoryStore::new(), &fetch_ok, d(3)..=d(3))
+        .await
+        .unwrap();
+    assert!(report.planned.is_empty() && report.days.is_empty());
+}
+
+/// A stop starts no new day and no new attempt; the days in flight finish
+/// and commit, the rest are reported skipped and the run says it stopped.
+#[tokio::test]
+async fn a_stopped_run_finishes_the_days_in_flight_and_starts_no_other() {
+    let d = |n| date(2026, 7, n);
+    let store = MemoryStore::new();
+    let stop = StopHandle::new();
+    let (release, gate) = tokio::sync::watch::channel(false);
+    let started = Arc::new(AtomicUsize::new(0));
+    let fetch = {
+        let started = Arc::clone(&started);
+        move |day: NaiveDate| {
+            started.fetch_add(1, Ordering::SeqCst);
+            let mut gate = gate.clone();
+            async move {
+                gate.wait_for(|open| *open).await.unwrap();
+                Ok::<_, Transient>(records_of(day, 2))
+            }
+        }
+    };
+    let job = Job::new().concurrency(2).stop_handle(stop.clone());
+    let run = job.backfill(&store, &fetch, d(1)..=d(10));
+    let control = async {
+        while started.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        stop.stop();
+        release.send(true).unwrap();
+    };
+    let (report, ()) = tokio::join!(run, control);
+    let report = report.unwrap();
+    assert!(report.stopped);
+    assert_eq!(started.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        report.days.iter().map(|r| r.day).collect::<Vec<_>>(),
+        vec![d(1), d(2)]
+    );
+    assert_eq!(report.skipped, (3..=10).map(d).collect::<Vec<_>>());
+    assert_eq!(store.rows().await.unwrap().len(), 4);
+    assert!(report.to_string().contains("not started (stopped)"));
+
+    // A failing attempt is not retried once stopped.
+    let stop = StopHandle::new();
+    let attempts = Arc::new(AtomicU32::new(0));
+    let fetch = {
+        let attempts = Arc::clone(&attempts);
+        let stop = stop.clone();
+        move |_: NaiveDate| {
+            attempts.fetch_add(1, Ordering::SeqCst);
+            stop.stop();
+            std::future::ready(Err::<Vec<Record>, _>(Transient::new(
+                std::io::Error::other("503"),
+            )))
+        }
+    };
+    let job = Job::new()
+        .retry(
+            Retry::default()
+                .max_attempts(5)
+                .backoff(Duration::ZERO, Duration::ZERO),
+        )
+        .stop_handle(stop);
+    assert!(job.sync_day(&store, &fetch, d(1)).await.is_err());
+    assert_eq!(attempts.load(Ordering::SeqCst), 1);
 }
