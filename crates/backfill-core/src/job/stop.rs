@@ -20,7 +20,7 @@ use std::sync::Arc;
 /// let job = Job::new().stop_handle(stop.clone());
 /// let fetch = {
 ///     let stop = stop.clone();
-///     move |day: NaiveDate| {
+///     move |_day: NaiveDate| {
 ///         stop.stop(); // as if Ctrl-C came while the first day ran
 ///         async move { Ok::<_, std::io::Error>(Vec::<Record>::new()) }
 ///     }
