@@ -1,0 +1,344 @@
+//! The command line, as clap parses it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use backfill_core::Shard;
+use chrono::{DateTime, NaiveDate, Utc};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Idempotent daily syncs and backfills: re-run any day, any number of
+/// times, in any order, and the store converges to the same state.
+///
+/// A fetch is any program that prints one day's records as JSON Lines
+/// (`--fetch-cmd`), or one file per day (`--fetch-files`). Every write goes
+/// through the library's one write path: a re-run writes nothing, a stale
+/// re-delivery never overwrites a newer row, and the store's day ledger
+/// records which days are done.
+#[derive(Debug, Parser)]
+#[command(name = "backfill", version, max_term_width = 100)]
+#[command(after_help = "\
+Exit status: 0 every selected day succeeded; 2 some days failed (the others are written); \
+1 usage, configuration or store error; 130 interrupted (Ctrl-C) after the days in flight \
+finished or rolled back.
+
+Examples:
+  backfill backfill --from 2026-01-01 --to 2026-01-31 --fetch-cmd 'python3 fetch.py {day}'
+  backfill sync --lookback 1 --fetch-cmd './export.sh {day}'
+  backfill status --from 2026-01-01 --to 2026-03-31")]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// The daily job: sync today and the LOOKBACK days before it (or one
+    /// `--day`).
+    #[command(after_help = "\
+Examples:
+  # cron, at 02:15 every day: yesterday and today, in the pipeline's zone
+  backfill sync --lookback 1 --tz Europe/Paris --fetch-cmd 'python3 fetch.py {day}'
+  # one day, again
+  backfill sync --day 2026-01-14 --fetch-files 'exports/{day}.jsonl'")]
+    Sync(SyncArgs),
+    /// Sync every day of a range, optionally only the days the ledger says
+    /// are missing or failed, or this process's shard of them.
+    #[command(after_help = "\
+Examples:
+  backfill backfill --from 2026-01-01 --to 2026-01-31 --fetch-cmd 'python3 fetch.py {day}'
+  # resume: only what never succeeded
+  backfill backfill --from 2026-01-01 --to 2026-01-31 --only missing-or-failed \\
+      --fetch-cmd 'python3 fetch.py {day}'
+  # shard 2 of 4 processes (a Kubernetes Indexed Job sets JOB_COMPLETION_INDEX)
+  backfill backfill --from 2025-01-01 --to 2025-12-31 --shard 2/4 --store \"$DATABASE_URL\" \\
+      --fetch-cmd './export.sh {day}'")]
+    Backfill(BackfillArgs),
+    /// Where each day of a range stands, by the store's ledger: a calendar on
+    /// a terminal, one line per day otherwise.
+    #[command(after_help = "\
+Examples:
+  backfill status --from 2026-01-01 --to 2026-03-31
+  backfill status --from 2026-01-01 --to 2026-01-31 --format table
+  backfill status --from 2026-01-01 --to 2026-01-31 --json | jq '.[] | select(.state == \"failed\")'")]
+    Status(StatusArgs),
+    /// Remove tombstones (deleted keys' markers) last changed before an
+    /// instant. A re-delivery older than a purged tombstone can then bring
+    /// its key back: purge only before what upstream can still send.
+    #[command(after_help = "\
+Example:
+  backfill purge-tombstones --before 2026-01-01T00:00:00Z")]
+    PurgeTombstones(PurgeArgs),
+}
+
+/// Where the records live.
+#[derive(Debug, Args)]
+pub(crate) struct StoreArgs {
+    /// The store: `sqlite://PATH` (`sqlite:///abs/path.db` for an absolute
+    /// path) or `postgres://USER:PASSWORD@HOST/DB` (over TLS when the URL
+    /// has an `sslmode` other than `disable`, never falling back to plain
+    /// text).
+    #[arg(
+        long,
+        env = "BACKFILL_STORE",
+        default_value = "sqlite://backfill.db",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub(crate) store: String,
+    /// The records table (lowercase letters, digits and `_`).
+    #[arg(long, env = "BACKFILL_TABLE", default_value = "backfill_records")]
+    pub(crate) table: String,
+    /// The Postgres schema.
+    #[arg(long, env = "BACKFILL_SCHEMA", default_value = "public")]
+    pub(crate) schema: String,
+    /// PEM file of root certificates to trust for Postgres over TLS, instead
+    /// of the system's.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) tls_root_cert: Option<PathBuf>,
+}
+
+/// How each day's records are fetched: exactly one of the two.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct FetchArgs {
+    /// A shell command run once per day, `{day}` replaced by the day
+    /// (YYYY-MM-DD, also in $BACKFILL_DAY); it prints the day's records as
+    /// JSON Lines on stdout. Exit 0: success; 75: transient failure,
+    /// retried; anything else: the day failed (the end of stderr says why).
+    #[arg(long, value_name = "COMMAND", env = "BACKFILL_FETCH_CMD")]
+    pub(crate) fetch_cmd: Option<String>,
+    /// A path with `{day}` in it: the day's records as JSON Lines. A missing
+    /// file fails its day.
+    #[arg(long, value_name = "PATH", env = "BACKFILL_FETCH_FILES")]
+    pub(crate) fetch_files: Option<String>,
+}
+
+/// What a run does to each day, shared by `sync` and `backfill`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    #[command(flatten)]
+    pub(crate) fetch: FetchArgs,
+    /// `merge` adds and updates records; `replace` takes each day's fetch as
+    /// the whole day, deleting (tombstoning) the keys it lacks.
+    #[arg(long, value_enum, default_value_t = ModeArg::Merge)]
+    pub(crate) mode: ModeArg,
+    /// In replace mode, let an empty fetch empty a day that has rows
+    /// (refused by default: an empty listing is more often an upstream
+    /// fault than a real emptying).
+    #[arg(long)]
+    pub(crate) allow_empty_replace: bool,
+    /// Retries of a day after a transient failure (exit 75, a lost
+    /// connection, a timeout), with exponential backoff.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub(crate) retries: u32,
+    /// Fail an attempt at a day that takes longer (fetch and write), killing
+    /// the fetch command and its children; `0` for no limit.
+    #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) day_timeout: Duration,
+    /// The time zone that says what "today" is (an IANA name).
+    #[arg(long, env = "BACKFILL_TZ", default_value = "UTC", value_parser = parse_zone, value_name = "ZONE")]
+    pub(crate) tz: chrono_tz::Tz,
+    /// In merge mode, skip the write of a day whose records have the digest
+    /// of its last sync (nothing read or written).
+    #[arg(long)]
+    pub(crate) skip_unchanged: bool,
+    /// Print the days that would run, fetch and write nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// The run's id in the ledger (an orchestrator's run id, say); a new
+    /// one by default.
+    #[arg(long, env = "BACKFILL_RUN_ID", value_name = "ID")]
+    pub(crate) run_id: Option<String>,
+    /// Print the run report as JSON on stdout (progress and logs stay on
+    /// stderr).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SyncArgs {
+    /// Sync this one day instead (YYYY-MM-DD, `today` or `yesterday`).
+    #[arg(long, value_parser = parse_day, value_name = "DAY", conflicts_with = "lookback")]
+    pub(crate) day: Option<DayArg>,
+    /// Also sync this many days before today, for data that arrives late.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub(crate) lookback: u32,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BackfillArgs {
+    /// The first day (YYYY-MM-DD, `today` or `yesterday`).
+    #[arg(long, value_parser = parse_day, value_name = "DAY")]
+    pub(crate) from: DayArg,
+    /// The last day, included.
+    #[arg(long, value_parser = parse_day, value_name = "DAY")]
+    pub(crate) to: DayArg,
+    /// Which days of the range to run, by the store's ledger.
+    #[arg(long, value_enum, default_value_t = OnlyArg::All)]
+    pub(crate) only: OnlyArg,
+    /// Run only days not synced since this instant (RFC 3339, or a day for
+    /// its midnight UTC): missing, failed, or synced before it.
+    #[arg(long, value_parser = parse_instant, value_name = "INSTANT", conflicts_with = "only")]
+    pub(crate) synced_before: Option<DateTime<Utc>>,
+    /// Days synced at once.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub(crate) concurrency: u16,
+    /// Run shard INDEX of COUNT (from 0): N processes with 0/N … N-1/N cover
+    /// the range exactly once between them.
+    #[arg(long, env = "BACKFILL_SHARD", value_name = "INDEX/COUNT")]
+    pub(crate) shard: Option<Shard>,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// The first day (YYYY-MM-DD, `today` or `yesterday`).
+    #[arg(long, value_parser = parse_day, value_name = "DAY")]
+    pub(crate) from: DayArg,
+    /// The last day, included.
+    #[arg(long, value_parser = parse_day, value_name = "DAY")]
+    pub(crate) to: DayArg,
+    /// The time zone of `today` and `yesterday`.
+    #[arg(long, env = "BACKFILL_TZ", default_value = "UTC", value_parser = parse_zone, value_name = "ZONE")]
+    pub(crate) tz: chrono_tz::Tz,
+    /// `calendar` (the default on a terminal), `table` (one line per day,
+    /// the default in a pipe) or `json` (the ledger itself, an array of
+    /// days).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub(crate) format: Option<StatusFormat>,
+    /// Short for `--format json`.
+    #[arg(long, conflicts_with = "format")]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PurgeArgs {
+    /// Remove tombstones whose `updated_at` is before this instant (RFC
+    /// 3339, or a day for its midnight UTC).
+    #[arg(long, value_parser = parse_instant, value_name = "INSTANT")]
+    pub(crate) before: DateTime<Utc>,
+    /// Print `{"purged": N}` on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ModeArg {
+    Merge,
+    Replace,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum StatusFormat {
+    /// A row per month, a coloured cell per day, totals and failures.
+    Calendar,
+    /// One line per day.
+    Table,
+    /// The ledger as JSON.
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OnlyArg {
+    /// Every day of the range.
+    All,
+    /// Days never synced.
+    Missing,
+    /// Days whose last attempt failed.
+    Failed,
+    /// Both.
+    MissingOrFailed,
+}
+
+/// A day as given on the command line: a date, or one relative to today
+/// in the run's time zone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DayArg {
+    Date(NaiveDate),
+    Today,
+    Yesterday,
+}
+
+impl DayArg {
+    pub(crate) fn resolve(self, today: NaiveDate) -> NaiveDate {
+        match self {
+            DayArg::Date(day) => day,
+            DayArg::Today => today,
+            DayArg::Yesterday => today.pred_opt().unwrap_or(today),
+        }
+    }
+}
+
+fn parse_day(s: &str) -> Result<DayArg, String> {
+    match s {
+        "today" => Ok(DayArg::Today),
+        "yesterday" => Ok(DayArg::Yesterday),
+        _ => NaiveDate::parse_from_str(s, "%Y-%m-%d")
+            .map(DayArg::Date)
+            .map_err(|e| format!("`{s}` is not a day (YYYY-MM-DD, today or yesterday): {e}")),
+    }
+}
+
+fn parse_instant(s: &str) -> Result<DateTime<Utc>, String> {
+    if let Ok(at) = DateTime::parse_from_rfc3339(s) {
+        return Ok(at.with_timezone(&Utc));
+    }
+    NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .map(|day| day.and_time(chrono::NaiveTime::MIN).and_utc())
+        .map_err(|_| {
+            format!("`{s}` is not an instant: expected RFC 3339 (2026-01-31T00:00:00Z) or a day")
+        })
+}
+
+fn parse_zone(s: &str) -> Result<chrono_tz::Tz, String> {
+    s.parse::<chrono_tz::Tz>()
+        .map_err(|_| format!("`{s}` is not a time zone: expected an IANA name such as Europe/Paris or UTC"))
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("`{s}` is not a duration (10m, 1h30m, 90s): {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn days_instants_zones_and_durations_parse() {
+        let jan = |d| NaiveDate::from_ymd_opt(2026, 1, d).unwrap();
+        assert_eq!(parse_day("2026-01-05").unwrap(), DayArg::Date(jan(5)));
+        assert_eq!(parse_day("yesterday").unwrap().resolve(jan(5)), jan(4));
+        assert_eq!(parse_day("today").unwrap().resolve(jan(5)), jan(5));
+        assert!(parse_day("2026-13-01").is_err());
+        assert!(parse_day("05/01/2026").is_err());
+        assert_eq!(
+            parse_instant("2026-01-05").unwrap(),
+            jan(5).and_hms_opt(0, 0, 0).unwrap().and_utc()
+        );
+        assert_eq!(
+            parse_instant("2026-01-05T02:00:00+02:00").unwrap(),
+            jan(5).and_hms_opt(0, 0, 0).unwrap().and_utc()
+        );
+        assert!(parse_instant("soon").is_err());
+        assert_eq!(parse_zone("Europe/Paris").unwrap(), chrono_tz::Europe::Paris);
+        assert!(parse_zone("Mars/Olympus").is_err());
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert!(parse_duration("ten minutes").is_err());
+    }
+}

@@ -1,0 +1,160 @@
+//! The `backfill` command: run, resume and inspect idempotent syncs and
+//! backfills from a shell, a cron line or an orchestrator.
+//!
+//! ```text
+//! cargo install --path crates/backfill-cli
+//! backfill backfill --from 2026-01-01 --to 2026-01-31 --fetch-cmd 'python3 fetch.py {day}'
+//! backfill status --from 2026-01-01 --to 2026-01-31
+//! backfill backfill --from 2026-01-01 --to 2026-01-31 --only failed --fetch-cmd 'python3 fetch.py {day}'
+//! ```
+//!
+//! The command wraps the library's [`Job`](backfill_core::Job): every day
+//! goes through the same one write path as a Rust program's, into a SQLite
+//! file (`sqlite://PATH`, the default `sqlite://backfill.db`) or Postgres
+//! (`postgres://…`). `backfill --help` and `backfill <command> --help`
+//! describe every option, with examples.
+//!
+//! # The fetch
+//!
+//! A fetch is a shell command run once per day (`--fetch-cmd`, `{day}`
+//! replaced by the day and `BACKFILL_DAY` set) or one file per day
+//! (`--fetch-files 'exports/{day}.jsonl'`), in JSON Lines, one record per
+//! line ([`jsonl`] has the format, including how a `value` that is not a
+//! string is stored):
+//!
+//! ```text
+//! {"key": "order:1", "event_date": "2026-01-05", "value": {"total": 12.5}, "updated_at": "2026-01-05T10:00:00Z"}
+//! {"key": "order:2", "event_date": "2026-01-05", "deleted": true, "updated_at": "2026-01-05T11:00:00Z"}
+//! ```
+//!
+//! The command's exit status says how the day went: 0 success, 75
+//! (`EX_TEMPFAIL`) a transient failure the job retries, anything else a
+//! failed day, whose error (with the end of the command's stderr) goes into
+//! the store's ledger. Lines are parsed as they arrive; a malformed one
+//! fails its day at once with its line number, and nothing of that day is
+//! written. A day that takes longer than `--day-timeout` is killed with its
+//! whole process group.
+//!
+//! # Exit status
+//!
+//! | status | meaning |
+//! |---|---|
+//! | 0 | every selected day succeeded |
+//! | 2 | some days failed; every other day is written |
+//! | 1 | usage, configuration or store error: nothing was run |
+//! | 130 | interrupted: Ctrl-C stops starting days and lets the days in flight finish (a second Ctrl-C abandons them; each rolls back whole) |
+//!
+//! # As a library
+//!
+//! The fetchers are public, for programs that want the same format:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill_core::Result<()> {
+//! use backfill_cli::fetch::FileFetch;
+//! use backfill_core::{sync_day, MemoryStore};
+//! use chrono::NaiveDate;
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! std::fs::write(
+//!     dir.path().join("2026-01-05.jsonl"),
+//!     r#"{"key": "order:1", "event_date": "2026-01-05", "value": {"total": 12.5}, "updated_at": "2026-01-05T10:00:00Z"}"#,
+//! ).unwrap();
+//! let fetch = FileFetch::new(format!("{}/{{day}}.jsonl", dir.path().display()));
+//! let store = MemoryStore::new();
+//! let day = NaiveDate::from_ymd_opt(2026, 1, 5).unwrap();
+//! let report = sync_day(&store, &fetch, day).await?;
+//! assert_eq!(report.counts.inserted, 1);
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+#![doc(test(attr(deny(warnings))))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod args;
+pub mod fetch;
+pub mod jsonl;
+mod output;
+mod run;
+mod status;
+pub mod store;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::args::{Cli, Command};
+
+/// Every selected day succeeded.
+pub const EXIT_OK: u8 = 0;
+/// Usage, configuration or store error: nothing was run.
+pub const EXIT_ERROR: u8 = 1;
+/// Some days failed; the others are written.
+pub const EXIT_DAYS_FAILED: u8 = 2;
+/// Interrupted by Ctrl-C (SIGINT) or SIGTERM after the days in flight
+/// finished or rolled back.
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// Why the command stops without running its job.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// A bad option or combination of options.
+    Config(String),
+    /// The store could not be opened or read.
+    Store(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Config(message) | Failure::Store(message) => f.write_str(message),
+        }
+    }
+}
+
+/// Runs the command with the process's arguments and returns its exit
+/// status.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            use clap::error::ErrorKind;
+            let code = match error.kind() {
+                ErrorKind::DisplayHelp
+                | ErrorKind::DisplayVersion
+                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => EXIT_OK,
+                _ => EXIT_ERROR,
+            };
+            // clap prints help to stdout and errors to stderr.
+            let _ = error.print();
+            return ExitCode::from(code);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    let code = runtime.block_on(async {
+        let outcome = match cli.command {
+            Command::Sync(args) => run::sync(args).await,
+            Command::Backfill(args) => run::backfill(args).await,
+            Command::Status(args) => status::run(args).await,
+            Command::PurgeTombstones(args) => run::purge(args).await,
+        };
+        match outcome {
+            Ok(code) => code,
+            Err(failure) => {
+                eprintln!("error: {failure}");
+                EXIT_ERROR
+            }
+        }
+    });
+    // Connections and tasks still open close with the runtime.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    ExitCode::from(code)
+}

@@ -1,0 +1,180 @@
+//! What a run shows while it goes and when it ends: a progress bar on a
+//! terminal, one log line per event otherwise (both on stderr), and the run
+//! report on stdout, as a table or as JSON.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use backfill_core::{Event, RunReport};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// The run's output.
+#[derive(Debug)]
+pub(crate) struct Output {
+    json: bool,
+    bar: Option<ProgressBar>,
+    tally: Mutex<Tally>,
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    rows: u64,
+    written: u64,
+    failed: u64,
+}
+
+impl Output {
+    /// A progress bar when stderr is a terminal, log lines otherwise;
+    /// `json` prints the final report as JSON.
+    pub(crate) fn new(json: bool) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} [{bar:30}] {pos}/{len} days  {msg}  {elapsed_precise} (ETA {eta})",
+                )
+                .expect("a valid template")
+                .progress_chars("=> "),
+            );
+            bar.enable_steady_tick(Duration::from_millis(200));
+            bar
+        });
+        Self {
+            json,
+            bar,
+            tally: Mutex::new(Tally::default()),
+        }
+    }
+
+    /// A line for the person watching (stderr), above the bar if there is
+    /// one.
+    pub(crate) fn note(&self, line: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => {
+                let mut stderr = std::io::stderr().lock();
+                let _ = writeln!(stderr, "{line}");
+            }
+        }
+    }
+
+    /// Takes one of the job's events.
+    pub(crate) fn event(&self, event: &Event<'_>) {
+        match event {
+            Event::RunStarted { run_id, days } => {
+                if let Some(bar) = &self.bar {
+                    bar.set_length(days.len() as u64);
+                    bar.reset_eta();
+                }
+                let n = days.len();
+                self.note(&format!("run {run_id}: {n} day{}", if n == 1 { "" } else { "s" }));
+            }
+            Event::DayStarted { .. } => {}
+            Event::DayRetrying {
+                day,
+                attempt,
+                error,
+                delay,
+            } => self.note(&format!(
+                "{day}  attempt {attempt} failed, retrying in {:.1} s: {}",
+                delay.as_secs_f64(),
+                one_line(&error.to_string())
+            )),
+            Event::DayFinished { report } => {
+                let c = report.counts;
+                {
+                    let mut tally = self.tally.lock().expect("tally");
+                    tally.rows += c.applied();
+                    tally.written += c.written();
+                }
+                if self.bar.is_none() {
+                    self.note(&format!(
+                        "{}  synced   inserted {} updated {} deleted {} unchanged {} stale {}{} in {:.2} s",
+                        report.day,
+                        c.inserted,
+                        c.updated,
+                        c.deleted,
+                        c.unchanged,
+                        c.stale,
+                        if c.skipped > 0 { format!(" skipped {}", c.skipped) } else { String::new() },
+                        report.elapsed.as_secs_f64()
+                    ));
+                }
+                self.advance();
+            }
+            Event::DayFailed {
+                day,
+                attempts,
+                error,
+            } => {
+                self.tally.lock().expect("tally").failed += 1;
+                self.note(&format!(
+                    "{day}  FAILED after {attempts} attempt{}: {}",
+                    if *attempts == 1 { "" } else { "s" },
+                    one_line(&error.to_string())
+                ));
+                self.advance();
+            }
+            Event::RunFinished { .. } => {}
+            _ => {}
+        }
+    }
+
+    fn advance(&self) {
+        if let Some(bar) = &self.bar {
+            let tally = self.tally.lock().expect("tally");
+            let failed = if tally.failed > 0 {
+                format!("  {} failed", tally.failed)
+            } else {
+                String::new()
+            };
+            bar.set_message(format!(
+                "{} rows, {} written{failed}",
+                tally.rows, tally.written
+            ));
+            bar.inc(1);
+        }
+    }
+
+    /// Removes the bar.
+    pub(crate) fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+
+    /// Prints the run report on stdout.
+    pub(crate) fn report(&self, report: &RunReport) {
+        let mut stdout = std::io::stdout().lock();
+        let _ = if self.json {
+            match serde_json::to_string(report) {
+                Ok(json) => writeln!(stdout, "{json}"),
+                Err(error) => writeln!(std::io::stderr(), "error: cannot print the report: {error}"),
+            }
+        } else if report.dry_run {
+            writeln!(stdout, "dry run: would sync {} days, nothing fetched or written", report.planned.len())
+                .and_then(|()| {
+                    report
+                        .planned
+                        .iter()
+                        .try_for_each(|day| writeln!(stdout, "  {day}"))
+                })
+                .and_then(|()| {
+                    report
+                        .not_selected
+                        .iter()
+                        .try_for_each(|left| writeln!(stdout, "{left}"))
+                })
+        } else {
+            writeln!(stdout, "{report}")
+        };
+        let _ = stdout.flush();
+    }
+}
+
+/// The first line of an error, for one log line (the whole error is in the
+/// report and the ledger).
+fn one_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}

@@ -1,0 +1,173 @@
+//! `sync`, `backfill` and `purge-tombstones`: building the library's job
+//! from the options and running it.
+
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+
+use backfill_core::{
+    Error, Fetch, Job, Mode, ReplaceGuard, Retry, RunReport, Select, StopHandle, Store,
+};
+use chrono::NaiveDate;
+
+use crate::args::{BackfillArgs, ModeArg, OnlyArg, PurgeArgs, RunArgs, SyncArgs};
+use crate::fetch::{CommandFetch, FileFetch};
+use crate::output::Output;
+use crate::store::{self, Access};
+use crate::{Failure, EXIT_DAYS_FAILED, EXIT_INTERRUPTED, EXIT_OK};
+
+/// `backfill sync`.
+pub(crate) async fn sync(args: SyncArgs) -> Result<u8, Failure> {
+    let job = job(&args.run);
+    let today = job.today();
+    let days = match args.day {
+        Some(day) => {
+            let day = day.resolve(today);
+            day..=day
+        }
+        None => {
+            let start = today
+                .checked_sub_days(chrono::Days::new(u64::from(args.lookback)))
+                .ok_or_else(|| Failure::Config(format!("--lookback {} reaches before the calendar", args.lookback)))?;
+            start..=today
+        }
+    };
+    execute(&args.run, job, days, 1).await
+}
+
+/// `backfill backfill`.
+pub(crate) async fn backfill(args: BackfillArgs) -> Result<u8, Failure> {
+    let mut job = job(&args.run);
+    let today = job.today();
+    let (start, end) = (args.from.resolve(today), args.to.resolve(today));
+    if start > end {
+        return Err(Failure::Config(format!(
+            "--from {start} is after --to {end}"
+        )));
+    }
+    let select = match (args.synced_before, args.only) {
+        (Some(at), _) => Select::NotSyncedSince(at),
+        (None, OnlyArg::All) => Select::All,
+        (None, OnlyArg::Missing) => Select::Missing,
+        (None, OnlyArg::Failed) => Select::Failed,
+        (None, OnlyArg::MissingOrFailed) => Select::MissingOrFailed,
+    };
+    job = job.select(select).concurrency(usize::from(args.concurrency));
+    if let Some(shard) = args.shard {
+        job = job.shard(shard);
+    }
+    execute(&args.run, job, start..=end, usize::from(args.concurrency)).await
+}
+
+/// `backfill purge-tombstones`.
+pub(crate) async fn purge(args: PurgeArgs) -> Result<u8, Failure> {
+    let store = store::open(&args.store, Access::Write { connections: 1 }).await?;
+    let purged = store
+        .purge_tombstones(args.before)
+        .await
+        .map_err(|e| Failure::Store(format!("cannot purge tombstones: {e}")))?;
+    if args.json {
+        println!("{}", serde_json::json!({ "purged": purged }));
+    } else {
+        println!(
+            "purged {purged} tombstones last changed before {}",
+            args.before.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+        );
+    }
+    Ok(EXIT_OK)
+}
+
+/// The job the options describe (without its days, selection or shard).
+fn job(args: &RunArgs) -> Job {
+    let mut job = Job::new()
+        .time_zone(args.tz)
+        .mode(match args.mode {
+            ModeArg::Merge => Mode::Merge,
+            ModeArg::Replace => Mode::Replace,
+        })
+        .replace_guard(ReplaceGuard::default().allow_empty(args.allow_empty_replace))
+        .retry(Retry::default().max_attempts(args.retries.saturating_add(1)))
+        .skip_unchanged(args.skip_unchanged)
+        .dry_run(args.dry_run);
+    if !args.day_timeout.is_zero() {
+        job = job.day_timeout(args.day_timeout);
+    }
+    if let Some(id) = &args.run_id {
+        job = job.run_id(id.as_str());
+    }
+    job
+}
+
+/// Opens the store, runs `days` with Ctrl-C handling and progress, prints
+/// the report, and returns the exit status.
+async fn execute(
+    args: &RunArgs,
+    job: Job,
+    days: RangeInclusive<NaiveDate>,
+    concurrency: usize,
+) -> Result<u8, Failure> {
+    let fetch: Box<dyn Fetch> = match (&args.fetch.fetch_cmd, &args.fetch.fetch_files) {
+        (Some(command), _) => Box::new(CommandFetch::new(command.as_str())),
+        (None, Some(files)) => Box::new(FileFetch::new(files.as_str())),
+        (None, None) => {
+            return Err(Failure::Config(
+                "no fetch: give --fetch-cmd COMMAND or --fetch-files PATH".into(),
+            ))
+        }
+    };
+    let store: Box<dyn Store> = store::open(&args.store, Access::Write { connections: concurrency + 1 }).await?;
+
+    let stop = StopHandle::new();
+    let output = Arc::new(Output::new(args.json));
+    let job = job.stop_handle(stop.clone()).observer({
+        let output = Arc::clone(&output);
+        move |event| output.event(event)
+    });
+    let interrupts = tokio::spawn(watch_interrupts(stop.clone(), Arc::clone(&output)));
+
+    let outcome = job.backfill(&*store, &*fetch, days).await;
+    interrupts.abort();
+    output.finish();
+    let report: RunReport = match outcome {
+        Ok(report) => report,
+        Err(Error::Backfill(failed)) => failed.report,
+        Err(error) => return Err(Failure::Store(error.to_string())),
+    };
+    output.report(&report);
+    Ok(if report.stopped {
+        EXIT_INTERRUPTED
+    } else if !report.failed.is_empty() {
+        EXIT_DAYS_FAILED
+    } else {
+        EXIT_OK
+    })
+}
+
+/// On the first Ctrl-C (or SIGTERM, as a Kubernetes pod or an orchestrator
+/// sends), stops starting days; on the second, kills the fetch commands in
+/// flight and exits at once: their days roll back.
+async fn watch_interrupts(stop: StopHandle, output: Arc<Output>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    for _ in 0..2 {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        if !stop.is_stopped() {
+            stop.stop();
+            output.note(
+                "interrupted: finishing the days in flight, starting no other \
+                 (interrupt again to abandon them)",
+            );
+        } else {
+            crate::fetch::kill_running_commands();
+            output.note("interrupted again: the days in flight are abandoned and roll back");
+            std::process::exit(i32::from(EXIT_INTERRUPTED));
+        }
+    }
+}

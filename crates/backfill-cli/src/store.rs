@@ -1,0 +1,245 @@
+//! Opening a store from its URL, and showing a URL without its password.
+
+use std::path::{Path, PathBuf};
+
+use backfill_core::Store;
+use backfill_postgres::PostgresStore;
+use backfill_sqlite::SqliteStore;
+
+use crate::args::StoreArgs;
+use crate::Failure;
+
+/// A store URL, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// `sqlite://PATH`: a database file (relative to the working directory
+    /// unless it starts with `/`).
+    Sqlite(PathBuf),
+    /// `postgres://…` or `postgresql://…`, as given.
+    Postgres(String),
+}
+
+/// Why a URL names no store.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message} (store URL: {shown})")]
+pub struct BadUrl {
+    message: String,
+    shown: String,
+}
+
+impl StoreUrl {
+    /// Parses `sqlite://PATH`, `postgres://…` or `postgresql://…`.
+    ///
+    /// # Errors
+    ///
+    /// Any other form, with the URL shown without its password.
+    pub fn parse(url: &str) -> Result<Self, BadUrl> {
+        let bad = |message: &str| BadUrl {
+            message: message.to_owned(),
+            shown: redact(url),
+        };
+        if let Some(path) = url.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err(bad("no database path after sqlite://"));
+            }
+            if path.contains('\0') {
+                return Err(bad("the database path contains a NUL character"));
+            }
+            return Ok(StoreUrl::Sqlite(PathBuf::from(path)));
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(StoreUrl::Postgres(url.to_owned()));
+        }
+        Err(bad(
+            "unsupported store: expected sqlite://PATH or postgres://USER:PASSWORD@HOST/DB",
+        ))
+    }
+
+    /// Whether Postgres is asked to use TLS: any `sslmode` but `disable`.
+    /// (`prefer` is taken as `require`: this command never falls back to
+    /// plain text.)
+    fn wants_tls(url: &str) -> bool {
+        let query = url.split_once('?').map_or("", |(_, q)| q);
+        query.split('&').any(|pair| {
+            matches!(
+                pair.split_once('='),
+                Some(("sslmode", "prefer" | "require" | "verify-ca" | "verify-full"))
+            )
+        })
+    }
+}
+
+/// How a store is to be opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Create what is missing; write.
+    Write { connections: usize },
+    /// Read the ledger: create nothing.
+    Read,
+}
+
+/// Opens the store `args` name.
+pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Store>, Failure> {
+    let url = StoreUrl::parse(&args.store).map_err(|e| Failure::Config(e.to_string()))?;
+    let shown = redact(&args.store);
+    let secret = password(&args.store);
+    let scrub = |error: backfill_core::Error| {
+        let mut text = format!("{error} (store {shown})");
+        if let Some(secret) = &secret {
+            text = text.replace(secret.as_str(), "***");
+        }
+        Failure::Store(text)
+    };
+    match url {
+        StoreUrl::Sqlite(path) => {
+            if args.tls_root_cert.is_some() {
+                return Err(Failure::Config(
+                    "--tls-root-cert is for Postgres; this store is SQLite".into(),
+                ));
+            }
+            if args.schema != backfill_postgres::DEFAULT_SCHEMA {
+                return Err(Failure::Config(
+                    "--schema is for Postgres; this store is SQLite".into(),
+                ));
+            }
+            let mut builder = SqliteStore::builder(&path).table(args.table.as_str());
+            if access == Access::Read {
+                if !path.exists() {
+                    return Err(Failure::Store(format!(
+                        "no database at {} (nothing has been synced there)",
+                        path.display()
+                    )));
+                }
+                builder = builder.read_only(true);
+            }
+            Ok(Box::new(builder.open().await.map_err(scrub)?))
+        }
+        StoreUrl::Postgres(url) => {
+            let mut builder = PostgresStore::builder()
+                .schema(args.schema.as_str())
+                .table(args.table.as_str());
+            match access {
+                Access::Write { connections } => builder = builder.pool_size(connections.max(2)),
+                Access::Read => builder = builder.create_if_missing(false),
+            }
+            if let Some(file) = &args.tls_root_cert {
+                let pem = read_pem(file)?;
+                builder = builder.tls_root_certificates_pem(pem);
+            }
+            let store = if StoreUrl::wants_tls(&url) || args.tls_root_cert.is_some() {
+                builder.connect_tls(&url).await
+            } else {
+                builder.connect(&url).await
+            };
+            Ok(Box::new(store.map_err(scrub)?))
+        }
+    }
+}
+
+fn read_pem(file: &Path) -> Result<Vec<u8>, Failure> {
+    std::fs::read(file).map_err(|e| {
+        Failure::Config(format!(
+            "cannot read the root certificate file {}: {e}",
+            file.display()
+        ))
+    })
+}
+
+/// The password of a `scheme://user:password@host` URL or of a
+/// `password=` parameter, if any.
+fn password(url: &str) -> Option<String> {
+    if let Some((_, rest)) = url.split_once("://") {
+        let authority = rest.split(['/', '?']).next().unwrap_or_default();
+        if let Some((userinfo, _)) = authority.rsplit_once('@') {
+            if let Some((_, password)) = userinfo.split_once(':') {
+                if !password.is_empty() {
+                    return Some(password.to_owned());
+                }
+            }
+        }
+    }
+    let query = url.split_once('?').map(|(_, q)| q)?;
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("password="))
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+}
+
+/// The URL with any password replaced by `***`, for messages.
+pub fn redact(url: &str) -> String {
+    let mut shown = url.to_owned();
+    if let Some((scheme, rest)) = url.split_once("://") {
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let authority = &rest[..end];
+        if let Some((userinfo, host)) = authority.rsplit_once('@') {
+            if let Some((user, _)) = userinfo.split_once(':') {
+                shown = format!("{scheme}://{user}:***@{host}{}", &rest[end..]);
+            }
+        }
+    }
+    if let Some((base, query)) = shown.clone().split_once('?') {
+        let query: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some(("password", _)) => "password=***".to_owned(),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        shown = format!("{base}?{}", query.join("&"));
+    }
+    shown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_into_stores() {
+        assert_eq!(
+            StoreUrl::parse("sqlite://backfill.db").unwrap(),
+            StoreUrl::Sqlite("backfill.db".into())
+        );
+        assert_eq!(
+            StoreUrl::parse("sqlite:///var/lib/x.db").unwrap(),
+            StoreUrl::Sqlite("/var/lib/x.db".into())
+        );
+        assert!(matches!(
+            StoreUrl::parse("postgresql://u@h/db").unwrap(),
+            StoreUrl::Postgres(_)
+        ));
+        for bad in ["sqlite://", "backfill.db", "mysql://u:pw@h/db", "", "postgres:/h"] {
+            assert!(StoreUrl::parse(bad).is_err(), "{bad}");
+        }
+        let error = StoreUrl::parse("mysql://u:hunter2@h/db").unwrap_err().to_string();
+        assert!(!error.contains("hunter2"), "{error}");
+        assert!(error.contains("mysql://u:***@h/db"), "{error}");
+    }
+
+    #[test]
+    fn passwords_are_never_shown() {
+        let cases = [
+            ("postgres://u:hunter2@h:5432/db", "postgres://u:***@h:5432/db"),
+            ("postgres://u:p%40ss@h/db?sslmode=require", "postgres://u:***@h/db?sslmode=require"),
+            ("postgres://u@h/db?password=hunter2&x=1", "postgres://u@h/db?password=***&x=1"),
+            ("postgres://u:a@b@h/db", "postgres://u:***@h/db"),
+            ("sqlite://data.db", "sqlite://data.db"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(redact(url), shown);
+        }
+        assert_eq!(password("postgres://u:hunter2@h/db").as_deref(), Some("hunter2"));
+        assert_eq!(password("postgres://u@h/db?password=pw").as_deref(), Some("pw"));
+        assert_eq!(password("postgres://u@h/db"), None);
+    }
+
+    #[test]
+    fn tls_only_when_the_url_asks_for_it() {
+        assert!(StoreUrl::wants_tls("postgres://h/db?sslmode=require"));
+        assert!(StoreUrl::wants_tls("postgres://h/db?a=b&sslmode=verify-full"));
+        assert!(!StoreUrl::wants_tls("postgres://h/db"));
+        assert!(!StoreUrl::wants_tls("postgres://h/db?sslmode=disable"));
+        assert!(StoreUrl::wants_tls("postgres://h/db?sslmode=prefer"));
+    }
+}
