@@ -1,0 +1,545 @@
+//! The real `backfill` binary, spawned as a user or a scheduler runs it,
+//! against SQLite files and the test Postgres.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use backfill_core::Store;
+use backfill_sqlite::SqliteStore;
+use chrono::NaiveDate;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_backfill");
+
+fn sample() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fetch.py");
+    format!("python3 {}", path.canonicalize().unwrap().display())
+}
+
+fn jan(d: u32) -> NaiveDate {
+    NaiveDate::from_ymd_opt(2026, 1, d).unwrap()
+}
+
+/// The command with a clean environment of its own options, in `dir`.
+fn backfill(dir: &Path) -> Command {
+    let mut command = Command::new(BIN);
+    command.current_dir(dir).stdin(Stdio::null());
+    for (name, _) in std::env::vars() {
+        if name.starts_with("BACKFILL_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+fn run(command: &mut Command) -> Output {
+    command.output().expect("the binary runs")
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("exited, not killed")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn show(output: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        output.status,
+        text(&output.stdout),
+        text(&output.stderr)
+    )
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", show(output)))
+}
+
+fn totals(report: &Value) -> (u64, u64) {
+    let days = report["days"].as_array().unwrap();
+    let sum = |field: &str| {
+        days.iter()
+            .map(|d| d["counts"][field].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    (sum("inserted"), sum("inserted") + sum("updated") + sum("deleted"))
+}
+
+fn synced_days(report: &Value) -> Vec<String> {
+    report["days"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["day"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn range(command: &mut Command, from: u32, to: u32) -> &mut Command {
+    command
+        .arg("backfill")
+        .args(["--from", &jan(from).to_string(), "--to", &jan(to).to_string()])
+}
+
+async fn sqlite(dir: &Path) -> SqliteStore {
+    SqliteStore::open(dir.join("backfill.db")).await.unwrap()
+}
+
+/// A first backfill writes every record; the same command again writes
+/// nothing, on SQLite and on Postgres.
+#[tokio::test]
+async fn a_backfill_then_a_rerun_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stores = vec![("sqlite".to_owned(), "sqlite://backfill.db".to_owned(), None)];
+    if let Some(url) = backfill_testkit::url().await {
+        let schema = backfill_testkit::unique_schema();
+        stores.push(("postgres".to_owned(), url, Some(schema)));
+    }
+    for (name, url, schema) in stores {
+        for pass in 0..2 {
+            let mut command = backfill(dir.path());
+            range(&mut command, 1, 5)
+                .args(["--store", &url, "--json", "--concurrency", "2"])
+                .args(["--fetch-cmd", &format!("{} {{day}}", sample())]);
+            if let Some(schema) = &schema {
+                command.args(["--schema", schema]);
+            }
+            let output = run(&mut command);
+            assert_eq!(code(&output), 0, "{name}: {}", show(&output));
+            let report = json(&output);
+            let (inserted, written) = totals(&report);
+            if pass == 0 {
+                assert_eq!((inserted, written), (500, 500), "{name}");
+            } else {
+                assert_eq!(written, 0, "{name}: a re-run wrote");
+            }
+            assert_eq!(synced_days(&report).len(), 5);
+        }
+    }
+}
+
+/// `--only missing` runs exactly the days a partial run left; `--dry-run`
+/// shows them first and writes nothing.
+#[tokio::test]
+async fn only_missing_runs_what_a_partial_run_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let fetch = format!("{} {{day}}", sample());
+    let output = run(range(&mut backfill(dir.path()), 1, 3).args(["--fetch-cmd", &fetch]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+
+    let output = run(range(&mut backfill(dir.path()), 1, 6).args([
+        "--fetch-cmd",
+        &fetch,
+        "--only",
+        "missing",
+        "--dry-run",
+    ]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let plan = text(&output.stdout);
+    assert!(plan.contains("would sync 3 days"), "{plan}");
+    assert!(plan.contains("2026-01-04") && !plan.contains("  2026-01-03\n"), "{plan}");
+    assert_eq!(sqlite(dir.path()).await.rows().await.unwrap().len(), 300);
+
+    let output = run(range(&mut backfill(dir.path()), 1, 6).args([
+        "--fetch-cmd",
+        &fetch,
+        "--only",
+        "missing",
+        "--json",
+    ]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let report = json(&output);
+    assert_eq!(
+        synced_days(&report),
+        ["2026-01-04", "2026-01-05", "2026-01-06"]
+    );
+    assert_eq!(report["not_selected"].as_array().unwrap().len(), 3);
+    assert_eq!(sqlite(dir.path()).await.rows().await.unwrap().len(), 600);
+}
+
+/// A day whose command fails makes the run exit 2 naming it, the other
+/// days written; `--only failed` then runs that day alone.
+#[tokio::test]
+async fn only_failed_resumes_a_failed_day() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(range(&mut backfill(dir.path()), 1, 4).args([
+        "--fetch-cmd",
+        &format!("{} {{day}} --fail-on 2026-01-03", sample()),
+    ]));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let out = text(&output.stdout);
+    assert!(out.contains("2026-01-03  FAILED"), "{}", show(&output));
+    assert!(out.contains("upstream returned HTTP 500 for 2026-01-03"), "{out}");
+    let store = sqlite(dir.path()).await;
+    assert_eq!(store.rows().await.unwrap().len(), 300);
+    assert!(store.day_rows(jan(3)).await.unwrap().is_empty());
+
+    let output = run(range(&mut backfill(dir.path()), 1, 4).args([
+        "--fetch-cmd",
+        &format!("{} {{day}}", sample()),
+        "--only",
+        "failed",
+        "--json",
+    ]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    assert_eq!(synced_days(&json(&output)), ["2026-01-03"]);
+    assert_eq!(store.rows().await.unwrap().len(), 400);
+}
+
+/// Exit 75 is a transient failure: the day is tried again and succeeds.
+#[test]
+fn exit_75_is_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("tried");
+    let fetch = format!(
+        "if [ ! -e {m}-{{day}} ]; then touch {m}-{{day}}; echo busy >&2; exit 75; fi; {} {{day}}",
+        sample(),
+        m = marker.display()
+    );
+    let output = run(range(&mut backfill(dir.path()), 1, 2).args([
+        "--fetch-cmd",
+        &fetch,
+        "--retries",
+        "1",
+        "--json",
+    ]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let report = json(&output);
+    for day in report["days"].as_array().unwrap() {
+        assert_eq!(day["attempts"], 2, "{day}");
+    }
+    assert!(text(&output.stderr).contains("attempt 1 failed, retrying"));
+
+    // With no retry left, exit 75 fails the day.
+    let output = run(range(&mut backfill(dir.path()), 5, 5).args([
+        "--fetch-cmd",
+        &fetch,
+        "--retries",
+        "0",
+    ]));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    assert!(text(&output.stdout).contains("status 75"), "{}", show(&output));
+}
+
+/// A malformed line fails its day with the line number, and nothing of
+/// that day is written; a later good line does not save it.
+#[tokio::test]
+async fn a_malformed_line_fails_its_day_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let fetch = format!(
+        r#"{} {{day}} --records 3; if [ {{day}} = 2026-01-02 ]; then echo '{{"key": "x", "event_date": "2026-01-02", "value": 1}}'; {} {{day}} --records 1; fi"#,
+        sample(),
+        sample()
+    );
+    let output = run(range(&mut backfill(dir.path()), 1, 3).args(["--fetch-cmd", &fetch]));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let out = text(&output.stdout);
+    assert!(out.contains("2026-01-02  FAILED"), "{out}");
+    assert!(out.contains("line 4"), "{out}");
+    assert!(out.contains("updated_at"), "{out}");
+    let store = sqlite(dir.path()).await;
+    assert!(store.day_rows(jan(2)).await.unwrap().is_empty());
+    assert_eq!(store.day_rows(jan(3)).await.unwrap().len(), 3);
+}
+
+/// `--fetch-files`: one file per day; a missing file fails its day (it is
+/// not an empty day).
+#[tokio::test]
+async fn files_fetch_reads_a_day_per_file_and_a_missing_file_fails_its_day() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("exports")).unwrap();
+    for d in [1, 3] {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{} 2026-01-0{d} --records 7", sample()))
+            .output()
+            .unwrap();
+        std::fs::write(dir.path().join(format!("exports/2026-01-0{d}.jsonl")), out.stdout).unwrap();
+    }
+    let output = run(range(&mut backfill(dir.path()), 1, 3)
+        .args(["--fetch-files", "exports/{day}.jsonl"]));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    assert!(
+        text(&output.stdout).contains("exports/2026-01-02.jsonl"),
+        "{}",
+        show(&output)
+    );
+    let store = sqlite(dir.path()).await;
+    assert_eq!(store.rows().await.unwrap().len(), 14);
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie has exited; only its parent's wait is missing.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            let state = stat.rsplit(") ").next().unwrap_or("").chars().next();
+            state != Some('Z')
+        })
+        .unwrap_or(false)
+}
+
+/// A command that hangs is killed by the day's timeout, with the children
+/// it started; the day fails and the run ends.
+#[test]
+fn a_hung_command_is_killed_with_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let fetch = format!(
+        "sleep 300 & echo $! >> {p}; echo $$ >> {p}; sleep 300",
+        p = pids.display()
+    );
+    let started = Instant::now();
+    let output = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--fetch-cmd",
+        &fetch,
+        "--day-timeout",
+        "1s",
+        "--retries",
+        "0",
+    ]));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(text(&output.stdout).contains("timed out"), "{}", show(&output));
+    let pids: Vec<i32> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for pid in pids {
+        assert!(!alive(pid), "process {pid} outlived its day");
+    }
+}
+
+/// Ctrl-C stops starting days, lets the day in flight finish and commit,
+/// and exits 130: whole days only, the rest missing, resumable with
+/// `--only missing`.
+#[tokio::test]
+async fn sigint_finishes_the_day_in_flight_and_exits_130() {
+    let dir = tempfile::tempdir().unwrap();
+    let fetch = format!("sleep 0.5; {} {{day}}", sample());
+    let mut child = range(&mut backfill(dir.path()), 1, 20)
+        .args(["--fetch-cmd", &fetch])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(code(&output), 130, "{}", show(&output));
+    assert!(text(&output.stderr).contains("interrupted"), "{}", show(&output));
+    assert!(text(&output.stdout).contains("not started (stopped)"), "{}", show(&output));
+    let store = sqlite(dir.path()).await;
+    let mut synced = 0;
+    for d in 1..=20 {
+        let rows = store.day_rows(jan(d)).await.unwrap().len();
+        assert!(rows == 0 || rows == 100, "day {d} has {rows} rows");
+        synced += usize::from(rows == 100);
+    }
+    assert!((1..20).contains(&synced), "{synced} days synced");
+
+    let output = run(range(&mut backfill(dir.path()), 1, 20).args([
+        "--fetch-cmd",
+        &format!("{} {{day}}", sample()),
+        "--only",
+        "missing",
+        "--json",
+    ]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    assert_eq!(synced_days(&json(&output)).len(), 20 - synced);
+    assert_eq!(store.rows().await.unwrap().len(), 2000);
+}
+
+/// `status --json` is the ledger: one object per day with its state and
+/// its entry (last sync with counts and digest, last failure).
+#[test]
+fn status_json_is_the_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(range(&mut backfill(dir.path()), 1, 2).args([
+        "--fetch-cmd",
+        &format!("{} {{day}} --fail-on 2026-01-02", sample()),
+        "--run-id",
+        "nightly-42",
+    ]));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let output = run(backfill(dir.path()).args([
+        "status", "--from", "2026-01-01", "--to", "2026-01-03", "--json",
+    ]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let days = json(&output);
+    let days = days.as_array().unwrap();
+    assert_eq!(days.len(), 3);
+    assert_eq!(days[0]["day"], "2026-01-01");
+    assert_eq!(days[0]["state"], "synced");
+    let synced = &days[0]["entry"]["synced"];
+    assert_eq!(synced["run_id"], "nightly-42");
+    assert_eq!(synced["mode"], "merge");
+    assert_eq!(synced["counts"]["inserted"], 100);
+    assert_eq!(synced["digest"].as_str().unwrap().len(), 32);
+    assert!(synced["at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(days[1]["state"], "failed");
+    let failure = &days[1]["entry"]["failure"];
+    assert_eq!(failure["attempts"], 1);
+    assert!(failure["error"].as_str().unwrap().contains("HTTP 500"));
+    assert_eq!(days[2]["state"], "missing");
+    assert!(days[2]["entry"].is_null());
+
+    // In a pipe, one line per day.
+    let output = run(backfill(dir.path()).args(["status", "--from", "2026-01-01", "--to", "2026-01-03"]));
+    assert_eq!(code(&output), 0);
+    let lines = text(&output.stdout);
+    assert_eq!(lines.lines().count(), 4, "{lines}");
+    assert!(lines.lines().nth(2).unwrap().starts_with("2026-01-02  failed"));
+}
+
+/// N processes, each with its shard, in parallel against one Postgres,
+/// leave exactly what one process leaves.
+#[tokio::test]
+async fn shards_in_parallel_converge_to_one_process() {
+    let Some(url) = backfill_testkit::url().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let fetch = format!("{} {{day}} --records 50", sample());
+    let (sharded, single) = (backfill_testkit::unique_schema(), backfill_testkit::unique_schema());
+    let children: Vec<_> = (0..3)
+        .map(|i| {
+            range(&mut backfill(dir.path()), 1, 20)
+                .args(["--store", &url, "--schema", &sharded, "--fetch-cmd", &fetch])
+                .args(["--shard", &format!("{i}/3"), "--json"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut covered = Vec::new();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(code(&output), 0, "{}", show(&output));
+        covered.extend(synced_days(&json(&output)));
+    }
+    covered.sort();
+    let all: Vec<String> = (1..=20).map(|d| jan(d).to_string()).collect();
+    assert_eq!(covered, all, "each day exactly once");
+    let output = run(range(&mut backfill(dir.path()), 1, 20)
+        .args(["--store", &url, "--schema", &single, "--fetch-cmd", &fetch]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+
+    let rows = |schema: String| {
+        let url = url.clone();
+        async move {
+            let store = backfill_postgres::PostgresStore::builder()
+                .schema(schema)
+                .connect(&url)
+                .await
+                .unwrap();
+            store.rows_with_tombstones().await.unwrap()
+        }
+    };
+    let (a, b) = (rows(sharded).await, rows(single).await);
+    assert_eq!(a.len(), 1000);
+    assert_eq!(a, b);
+}
+
+/// A store that cannot be opened is exit 1 with a clear message, never the
+/// password; so is a URL of no known store, and reading a database that
+/// does not exist.
+#[test]
+fn a_bad_store_is_exit_1_without_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let fetch = format!("{} {{day}}", sample());
+    for url in [
+        "postgres://app:hunter2@127.0.0.1:1/db",
+        "postgres://app@127.0.0.1:1/db?password=hunter2",
+        "mysql://app:hunter2@127.0.0.1/db",
+        "backfill.db",
+    ] {
+        let output = run(range(&mut backfill(dir.path()), 1, 2)
+            .args(["--store", url, "--fetch-cmd", &fetch]));
+        assert_eq!(code(&output), 1, "{url}: {}", show(&output));
+        let all = show(&output);
+        assert!(!all.contains("hunter2"), "{all}");
+        assert!(text(&output.stderr).starts_with("error: "), "{all}");
+    }
+    let output = run(range(&mut backfill(dir.path()), 1, 2)
+        .args(["--store", "postgres://app:hunter2@127.0.0.1:1/db", "--fetch-cmd", &fetch]));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("app:***@127.0.0.1:1/db") && stderr.contains("refused"), "{stderr}");
+
+    let output = run(backfill(dir.path()).args([
+        "status", "--from", "2026-01-01", "--to", "2026-01-02", "--store", "sqlite://nothing.db",
+    ]));
+    assert_eq!(code(&output), 1, "{}", show(&output));
+    assert!(text(&output.stderr).contains("no database at nothing.db"));
+    assert!(!dir.path().join("nothing.db").exists(), "status created a database");
+
+    // A table name that is not a plain lowercase identifier.
+    let output = run(range(&mut backfill(dir.path()), 1, 1)
+        .args(["--table", "x; DROP TABLE y", "--fetch-cmd", &fetch]));
+    assert_eq!(code(&output), 1, "{}", show(&output));
+}
+
+/// Usage errors are exit 1 and say what is wrong; `--help` is exit 0 with
+/// examples.
+#[test]
+fn usage_errors_exit_1_and_help_has_examples() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        vec!["backfill", "--from", "2026-01-01", "--fetch-cmd", "true"],
+        vec!["backfill", "--from", "2026-01-05", "--to", "2026-01-01", "--fetch-cmd", "true"],
+        vec!["backfill", "--from", "2026-01-01", "--to", "2026-01-02"],
+        vec!["backfill", "--from", "2026-01-01", "--to", "2026-01-02", "--fetch-cmd", "a", "--fetch-files", "b"],
+        vec!["backfill", "--from", "2026-01-01", "--to", "2026-01-02", "--fetch-cmd", "a", "--shard", "3/3"],
+        vec!["sync", "--tz", "Mars/Olympus", "--fetch-cmd", "true"],
+        vec!["frobnicate"],
+    ] {
+        let output = run(backfill(dir.path()).args(&args));
+        assert_eq!(code(&output), 1, "{args:?}: {}", show(&output));
+        assert!(!text(&output.stderr).is_empty());
+    }
+    for command in ["sync", "backfill", "status", "purge-tombstones"] {
+        let output = run(backfill(dir.path()).args([command, "--help"]));
+        assert_eq!(code(&output), 0);
+        assert!(text(&output.stdout).contains("Example"), "{command} --help");
+    }
+    assert!(!dir.path().join("backfill.db").exists());
+}
+
+/// Replace mode over the command line: a later listing that lacks a key
+/// deletes it (a tombstone), and `purge-tombstones` removes old tombstones.
+#[tokio::test]
+async fn replace_deletes_what_a_listing_lacks_and_purge_removes_tombstones() {
+    let dir = tempfile::tempdir().unwrap();
+    let day = |records: u32| format!("{} {{day}} --records {records}", sample());
+    let output = run(range(&mut backfill(dir.path()), 1, 1).args(["--fetch-cmd", &day(5)]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let output = run(range(&mut backfill(dir.path()), 1, 1)
+        .args(["--fetch-cmd", &day(3), "--mode", "replace", "--json"]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    assert_eq!(json(&output)["days"][0]["counts"]["unlisted"], 2);
+    let store = sqlite(dir.path()).await;
+    assert_eq!(store.rows().await.unwrap().len(), 3);
+    assert_eq!(store.rows_with_tombstones().await.unwrap().len(), 5);
+    // An empty listing is refused unless allowed.
+    let output = run(range(&mut backfill(dir.path()), 1, 1)
+        .args(["--fetch-cmd", "true", "--mode", "replace"]));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    assert_eq!(store.rows().await.unwrap().len(), 3);
+
+    let output = run(backfill(dir.path()).args(["purge-tombstones", "--before", "2100-01-01", "--json"]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    assert_eq!(json(&output)["purged"], 2);
+    assert_eq!(store.rows_with_tombstones().await.unwrap().len(), 3);
+}
