@@ -375,3 +375,16 @@ mod tests {
         );
     }
 }
+
+/// A fetch's error as the job reports it. A record rule broken while the
+/// fetch built its records (`Record::new(..)?`) is reported as the typed
+/// record error itself, not hidden inside `Error::Fetch`.
+pub(crate) fn fetch_error(day: NaiveDate, source: BoxError) -> Error {
+    match source.downcast::<Error>() {
+        Ok(error) if matches!(*error, Error::InvalidRecord { .. } | Error::WrongDay { .. }) => {
+            *error
+        }
+        Ok(error) => Error::Fetch { day, source: error },
+        Err(source) => Error::Fetch { day, source },
+    }
+}

@@ -109,19 +109,40 @@ impl Digest {
     /// a [`Batch`](crate::Batch) holds them, and as a day's rows read back
     /// from a store come).
     pub fn of(records: &[crate::Record]) -> Self {
-        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-        for r in records {
-            // Lengths first, so that no two different batches run together
-            // into the same bytes.
-            hasher.update(&(r.key().len() as u64).to_le_bytes());
-            hasher.update(r.key().as_bytes());
-            hasher.update(&r.event_date().to_string().into_bytes());
-            hasher.update(&r.updated_at().timestamp_micros().to_le_bytes());
-            hasher.update(&[u8::from(r.is_deleted())]);
-            hasher.update(&(r.value().len() as u64).to_le_bytes());
-            hasher.update(r.value().as_bytes());
+        let mut digest = DigestBuilder::default();
+        for record in records {
+            digest.update(record);
         }
-        Self(hasher.digest128().to_be_bytes())
+        digest.finish()
+    }
+}
+
+/// [`Digest::of`] one record at a time, for a day that arrives in pages.
+#[derive(Default)]
+pub(crate) struct DigestBuilder(xxhash_rust::xxh3::Xxh3);
+
+impl DigestBuilder {
+    pub(crate) fn update(&mut self, r: &crate::Record) {
+        let hasher = &mut self.0;
+        // Lengths first, so that no two different batches run together
+        // into the same bytes.
+        hasher.update(&(r.key().len() as u64).to_le_bytes());
+        hasher.update(r.key().as_bytes());
+        hasher.update(&r.event_date().to_string().into_bytes());
+        hasher.update(&r.updated_at().timestamp_micros().to_le_bytes());
+        hasher.update(&[u8::from(r.is_deleted())]);
+        hasher.update(&(r.value().len() as u64).to_le_bytes());
+        hasher.update(r.value().as_bytes());
+    }
+
+    pub(crate) fn finish(&self) -> Digest {
+        Digest(self.0.digest128().to_be_bytes())
+    }
+}
+
+impl fmt::Debug for DigestBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DigestBuilder")
     }
 }
 

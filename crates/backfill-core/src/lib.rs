@@ -63,6 +63,7 @@ mod ledger;
 mod memory;
 mod record;
 mod store;
+mod stream;
 mod write;
 
 #[cfg(any(feature = "conformance", test))]
@@ -70,7 +71,7 @@ mod write;
 pub mod conformance;
 
 pub use error::{BoxError, Error, Field, Problem, Result, Transient};
-pub use fetch::{Fetch, Fetched};
+pub use fetch::{Fetch, Fetched, RecordStream};
 pub use job::{
     backfill, sync_day, BackfillError, Clock, DayReport, DayStatus, Event, FailedDay, FixedClock,
     Job, NotSelected, ParseShardError, Retry, RunReport, Select, Shard, Status, StopHandle,
@@ -83,7 +84,8 @@ pub use ledger::{
 pub use memory::MemoryStore;
 pub use record::{Record, MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
 pub use store::{Batch, Counts, Mode, Refusal, ReplaceGuard, Store};
-pub use write::{upsert, EventDates, WriteOptions};
+pub use stream::{DayPages, DEFAULT_STREAM_MEMORY};
+pub use write::{upsert, upsert_stream, EventDates, WriteOptions};
 
 /// What the `conformance_tests!` macro's expansion needs, by a path that
 /// resolves wherever it expands. Not public API.

@@ -10,6 +10,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use crate::error::{Error, Result};
 use crate::ledger::{DayFailure, Digest, LedgerEntry, SyncStamp, SyncedDay};
 use crate::record::Record;
+use crate::stream::DayPages;
 
 /// Where records are kept: an in-memory map, a SQLite file, a Postgres table,
 /// or your own adapter.
@@ -69,6 +70,28 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// key. `collapsed` is left at zero: `upsert` fills it in.
     async fn apply(&self, batch: &Batch) -> Result<Counts>;
 
+    /// Applies a streamed day, read page by page, atomically: everything
+    /// [`Store::apply`] does for a batch, in one transaction across every
+    /// page, with the same result, counts and ledger row as the same
+    /// records in one batch. Pages arrive in key order with unique keys,
+    /// so each page's counts are exact on their own; a listing tombstones
+    /// the day's live rows it lacks (those between and after the pages'
+    /// keys) and asks [`DayPages::check_replace`] before committing; the
+    /// ledger row is [`DayPages::synced`], after the last page. Every page
+    /// must be read.
+    ///
+    /// The default reads every page into one [`Batch`] (the whole day in
+    /// memory) and calls [`Store::apply`]; a store that can, overrides it
+    /// to hold one page at a time.
+    async fn apply_pages(&self, pages: &mut DayPages) -> Result<Counts> {
+        let mut records = Vec::new();
+        while let Some(page) = pages.next_page(usize::MAX, usize::MAX)? {
+            records.extend(page);
+        }
+        let batch = pages.batch_of(records);
+        self.apply(&batch).await
+    }
+
     /// Removes the tombstones whose `updated_at` is before `before` and
     /// returns how many. A maintenance call, never made by a sync.
     ///
@@ -106,6 +129,9 @@ macro_rules! forward_store {
             }
             async fn apply(&self, batch: &Batch) -> Result<Counts> {
                 (**self).apply(batch).await
+            }
+            async fn apply_pages(&self, pages: &mut DayPages) -> Result<Counts> {
+                (**self).apply_pages(pages).await
             }
             async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {
                 (**self).purge_tombstones(before).await
@@ -166,6 +192,7 @@ pub struct Batch {
 
 impl Batch {
     /// `records` must already be sorted by key with unique keys.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         day: NaiveDate,
         mode: Mode,
@@ -329,7 +356,13 @@ impl ReplaceGuard {
         self
     }
 
-    fn check(&self, day: NaiveDate, empty: bool, would_delete: u64, live: u64) -> Result<()> {
+    pub(crate) fn check(
+        &self,
+        day: NaiveDate,
+        empty: bool,
+        would_delete: u64,
+        live: u64,
+    ) -> Result<()> {
         let refused = |reason| {
             Err(Error::ReplaceRefused {
                 day,

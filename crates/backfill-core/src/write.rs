@@ -1,11 +1,13 @@
 //! [`upsert`]: the one write path. Every row any job writes goes through it.
 
 use chrono::{DateTime, NaiveDate, Utc};
+use futures_util::{Stream, StreamExt};
 
-use crate::error::{Error, Result};
+use crate::error::{fetch_error, BoxError, Error, Result};
 use crate::ledger::SyncStamp;
 use crate::record::Record;
 use crate::store::{Batch, Counts, Mode, ReplaceGuard, Store};
+use crate::stream::{Ingest, DEFAULT_STREAM_MEMORY};
 
 /// Whether a day's batch may hold records of other days.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -45,6 +47,10 @@ pub struct WriteOptions {
     /// would write nothing; never in replace mode, where a merge since may
     /// have added rows the listing would delete.
     pub skip_unchanged: bool,
+    /// For a streamed day ([`upsert_stream`]), how many bytes of records
+    /// are held in memory before a sorted run goes to a temporary file
+    /// (`None`: [`DEFAULT_STREAM_MEMORY`], 64 MiB).
+    pub stream_memory: Option<usize>,
 }
 
 impl WriteOptions {
@@ -75,6 +81,12 @@ impl WriteOptions {
     /// Sets whether an unchanged merge batch is skipped by its digest.
     pub fn skip_unchanged(mut self, skip: bool) -> Self {
         self.skip_unchanged = skip;
+        self
+    }
+
+    /// Sets how much of a streamed day is held in memory.
+    pub fn stream_memory(mut self, bytes: usize) -> Self {
+        self.stream_memory = Some(bytes);
         self
     }
 }
@@ -169,6 +181,100 @@ where
         ));
     }
     counts.collapsed = batch.collapsed();
+    Ok(counts)
+}
+
+/// [`upsert`] for a day that arrives as a stream of chunks, in memory
+/// bounded by [`WriteOptions::stream_memory`] whatever the day's size.
+///
+/// The same write as [`upsert`] of all the chunks' records at once: the
+/// same rows, counts (duplicates across chunks collapsed to their winner)
+/// and ledger row, one transaction. Chunks are validated as they arrive
+/// and nothing is written until the stream has ended without error: an
+/// error from the stream is returned as [`Error::Fetch`], a bad record as
+/// [`Error::InvalidRecord`] or [`Error::WrongDay`] naming its key, and the
+/// day is left as it was. The records are then applied page by page
+/// through [`Store::apply_pages`].
+///
+/// `skip_unchanged` does not apply: a stream's digest is known only at its
+/// end (an identical stream still writes nothing).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill_core::Result<()> {
+/// use backfill_core::{upsert_stream, MemoryStore, Record, WriteOptions};
+/// use chrono::NaiveDate;
+/// use futures_util::stream;
+///
+/// let day = NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
+/// let at = day.and_hms_opt(9, 0, 0).unwrap().and_utc();
+/// let chunks = (0..4).map(move |c| {
+///     let records = (0..250).map(|i| Record::new(format!("k:{}", c * 250 + i), day, "v", at));
+///     records.collect::<backfill_core::Result<Vec<_>>>()
+/// });
+/// let store = MemoryStore::new();
+/// let counts = upsert_stream(&store, day, stream::iter(chunks), WriteOptions::default()).await?;
+/// assert_eq!(counts.inserted, 1000);
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// As [`upsert`], plus [`Error::Fetch`] for the stream's own error.
+pub async fn upsert_stream<S, St, E>(
+    store: &S,
+    day: NaiveDate,
+    chunks: St,
+    options: WriteOptions,
+) -> Result<Counts>
+where
+    S: Store + ?Sized,
+    St: Stream<Item = std::result::Result<Vec<Record>, E>> + Send,
+    E: Into<BoxError>,
+{
+    let chunks = chunks.map(|chunk| chunk.map_err(Into::into));
+    upsert_stream_stamped(store, day, Box::pin(chunks), options, || SyncStamp {
+        at: Utc::now(),
+        run_id: None,
+    })
+    .await
+}
+
+/// [`upsert_stream`] for a run; `stamp` is taken once the stream ended.
+pub(crate) async fn upsert_stream_stamped<S>(
+    store: &S,
+    day: NaiveDate,
+    mut chunks: std::pin::Pin<
+        Box<dyn Stream<Item = std::result::Result<Vec<Record>, BoxError>> + Send + '_>,
+    >,
+    options: WriteOptions,
+    stamp: impl FnOnce() -> SyncStamp,
+) -> Result<Counts>
+where
+    S: Store + ?Sized,
+{
+    let budget = options.stream_memory.unwrap_or(DEFAULT_STREAM_MEMORY);
+    let mut ingest = Ingest::new(day, options.event_dates, budget);
+    while let Some(chunk) = chunks.next().await {
+        ingest.push(chunk.map_err(|source| fetch_error(day, source))?)?;
+    }
+    drop(chunks);
+    let stamp = stamp();
+    let as_of = options.as_of.unwrap_or(stamp.at);
+    let mut pages = ingest.finish(options.mode, as_of, options.guard, stamp)?;
+    let mut counts = store.apply_pages(&mut pages).await?;
+    if !pages.is_done() || counts.applied() != pages.read() {
+        return Err(Error::backend(
+            "core",
+            false,
+            format!(
+                "{store:?} reported {} records applied for a streamed day of {} (read to the end: {})",
+                counts.applied(),
+                pages.read(),
+                pages.is_done()
+            ),
+        ));
+    }
+    counts.collapsed = pages.collapsed();
     Ok(counts)
 }
 

@@ -36,12 +36,14 @@ mod job;
 mod ledger;
 mod property;
 mod store;
+mod stream;
 
 pub use self::deletes::*;
 pub use self::job::*;
 pub use self::ledger::*;
 pub use self::property::*;
 pub use self::store::*;
+pub use self::stream::*;
 
 /// Expands to one test per conformance case, inside a module named
 /// `conformance`, so `cargo test conformance` runs exactly the suite and a
@@ -120,6 +122,10 @@ macro_rules! conformance_tests {
             concurrent_runs_of_a_day_leave_one_consistent_row,
             unchanged_batches_are_skipped_by_digest,
             job_records_failures_and_dry_runs_write_nothing,
+            // stream.rs: streamed days
+            streamed_day_equals_one_batch,
+            failure_mid_stream_leaves_nothing,
+            empty_stream_is_an_empty_day,
             // job.rs: the engine through a store
             same_range_twice,
             daily_then_weekly_equals_weekly_alone,
@@ -198,6 +204,7 @@ mod tests {
             include_str!("store.rs"),
             include_str!("deletes.rs"),
             include_str!("ledger.rs"),
+            include_str!("stream.rs"),
             include_str!("job.rs"),
             include_str!("property.rs"),
         ];

@@ -12,11 +12,11 @@ use tracing::Instrument;
 use super::event::Event;
 use super::report::DayReport;
 use super::Job;
-use crate::error::{BoxError, Error, Result};
-use crate::fetch::Fetch;
+use crate::error::{fetch_error, Error, Result};
+use crate::fetch::{Body, Fetch};
 use crate::ledger::{DayFailure, RunId, SyncStamp};
 use crate::store::{Counts, Store};
-use crate::write::upsert_stamped;
+use crate::write::{upsert_stamped, upsert_stream_stamped};
 
 impl Job {
     /// One day, with retries; on failure, the last error and the attempts.
@@ -126,17 +126,32 @@ impl Job {
             // A listing is true as of the moment its fetch started, unless
             // the fetch says when its snapshot was taken.
             let started = self.clock.now();
-            let (records, as_of) = fetch
+            let (body, as_of) = fetch
                 .fetch(day)
                 .await
                 .map_err(|source| fetch_error(day, source))?
-                .into_parts();
+                .into_body();
             let options = self.write.as_of(as_of.unwrap_or(started));
-            let stamp = SyncStamp {
-                at: self.clock.now(),
-                run_id: Some(run_id.clone()),
-            };
-            upsert_stamped(store, day, records, options, stamp).await
+            let run_id = Some(run_id.clone());
+            match body {
+                Body::Records(records) => {
+                    let stamp = SyncStamp {
+                        at: self.clock.now(),
+                        run_id,
+                    };
+                    upsert_stamped(store, day, records, options, stamp).await
+                }
+                Body::Stream(chunks) => {
+                    // Stamped when the stream has ended: the apply begins
+                    // then.
+                    let clock = &self.clock;
+                    upsert_stream_stamped(store, day, chunks, options, || SyncStamp {
+                        at: clock.now(),
+                        run_id,
+                    })
+                    .await
+                }
+            }
         };
         let work = AssertUnwindSafe(work).catch_unwind();
         let outcome = match self.day_timeout {
@@ -151,19 +166,6 @@ impl Job {
                 message: panic_message(&*panic),
             })
         })
-    }
-}
-
-/// A fetch's error as the job reports it. A record rule broken while the
-/// fetch built its records (`Record::new(..)?`) is reported as the typed
-/// record error itself, not hidden inside `Error::Fetch`.
-fn fetch_error(day: NaiveDate, source: BoxError) -> Error {
-    match source.downcast::<Error>() {
-        Ok(error) if matches!(*error, Error::InvalidRecord { .. } | Error::WrongDay { .. }) => {
-            *error
-        }
-        Ok(error) => Error::Fetch { day, source: error },
-        Err(source) => Error::Fetch { day, source },
     }
 }
 

@@ -192,6 +192,16 @@ impl Job {
         self
     }
 
+    /// How much of a streamed day ([`Fetched::stream`](crate::Fetched::stream))
+    /// is held in memory before a sorted run goes to a temporary file
+    /// (default [`DEFAULT_STREAM_MEMORY`](crate::DEFAULT_STREAM_MEMORY),
+    /// 64 MiB per day in flight). Temporary files live in the system's
+    /// temporary directory (`TMPDIR`) and are gone when the attempt ends.
+    pub fn stream_memory(mut self, bytes: usize) -> Self {
+        self.write.stream_memory = Some(bytes);
+        self
+    }
+
     /// Runs only this shard's days of every range [`Job::backfill`] and
     /// [`Job::sync_with_lookback`] plan (default: every day), so N
     /// processes with shards `0/N` … `N-1/N` cover a range exactly once.
