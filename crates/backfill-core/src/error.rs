@@ -338,6 +338,19 @@ impl fmt::Display for ShortKey<'_> {
     }
 }
 
+/// A fetch's error as the job reports it. A record rule broken while the
+/// fetch built its records (`Record::new(..)?`) is reported as the typed
+/// record error itself, not hidden inside `Error::Fetch`.
+pub(crate) fn fetch_error(day: NaiveDate, source: BoxError) -> Error {
+    match source.downcast::<Error>() {
+        Ok(error) if matches!(*error, Error::InvalidRecord { .. } | Error::WrongDay { .. }) => {
+            *error
+        }
+        Ok(error) => Error::Fetch { day, source: error },
+        Err(source) => Error::Fetch { day, source },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,18 +386,5 @@ mod tests {
             plain.to_string(),
             "sqlite: cannot open the store: unable to open database file"
         );
-    }
-}
-
-/// A fetch's error as the job reports it. A record rule broken while the
-/// fetch built its records (`Record::new(..)?`) is reported as the typed
-/// record error itself, not hidden inside `Error::Fetch`.
-pub(crate) fn fetch_error(day: NaiveDate, source: BoxError) -> Error {
-    match source.downcast::<Error>() {
-        Ok(error) if matches!(*error, Error::InvalidRecord { .. } | Error::WrongDay { .. }) => {
-            *error
-        }
-        Ok(error) => Error::Fetch { day, source: error },
-        Err(source) => Error::Fetch { day, source },
     }
 }
