@@ -33,12 +33,13 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use backfill_core::{
-    adapter, backfill, sync_day, upsert, BackfillError, Batch, BoxError, Clock, Counts, DayFailure,
-    DayReport, DayState, DayStatus, Digest, Error, Event, EventDates, FailedDay, Fetch, Fetched,
-    Field, FixedClock, Job, LedgerEntry, MemoryStore, Mode, NotSelected, Problem, Record, Refusal,
-    ReplaceGuard, Result, Retry, RunId, RunReport, Select, Status, Store, SyncStamp, SyncedDay,
-    SystemClock, Transient, WriteOptions, MAX_ERROR_BYTES, MAX_KEY_BYTES, MAX_RUN_ID_BYTES,
-    MAX_YEAR, MIN_YEAR,
+    adapter, backfill, sync_day, upsert, upsert_stream, BackfillError, Batch, BoxError, Clock,
+    Counts, DayFailure, DayPages, DayReport, DayState, DayStatus, Digest, Error, Event, EventDates,
+    FailedDay, Fetch, Fetched, Field, FixedClock, Job, LedgerEntry, MemoryStore, Mode,
+    NotSelected, ParseShardError, Problem, Record, RecordStream, Refusal, ReplaceGuard, Result,
+    Retry, RunId, RunReport, Select, Shard, Status, StopHandle, Store, SyncStamp, SyncedDay,
+    SystemClock, Transient, WriteOptions, DEFAULT_STREAM_MEMORY, MAX_ERROR_BYTES, MAX_KEY_BYTES,
+    MAX_RUN_ID_BYTES, MAX_YEAR, MIN_YEAR,
 };
 
 /// The conformance suite every store must pass (test support, exempt from

@@ -14,6 +14,7 @@ use backfill::sqlite::SqliteStore;
 use backfill::{Digest, Fetched, Job, MemoryStore, Mode, Record, Retry, Store};
 use backfill_testkit as testkit;
 use chrono::{Datelike, NaiveDate, TimeZone, Utc};
+use futures_util::StreamExt;
 use serde_json::{json, Value};
 
 const WORKER_ENV: &str = "BACKFILL_WORKER";
@@ -246,12 +247,18 @@ struct Spec {
     concurrency: usize,
     /// How long the fetch takes per day, like a real upstream.
     fetch_ms: u64,
+    /// Whether each day arrives as a stream of chunks (the pause spread
+    /// between them, runs spilled to temporary files) instead of at once.
+    stream: bool,
 }
 
 impl Spec {
     fn job(&self) -> Job {
         Job::new()
             .mode(self.mode)
+            // A streamed day keeps at most ~16 KiB in memory: most of it
+            // goes through temporary files.
+            .stream_memory(16 << 10)
             .concurrency(self.concurrency)
             // Lock contention and lost connections are retried: none may
             // escape to the caller.
@@ -263,12 +270,25 @@ impl Spec {
     }
 
     async fn run(&self, store: &dyn Store) -> backfill::Result<backfill::RunReport> {
-        let (data, pause) = (self.data, Duration::from_millis(self.fetch_ms));
+        let (data, pause, stream) = (self.data, Duration::from_millis(self.fetch_ms), self.stream);
         // The upstream says when each listing was taken, so that every
         // job's listings and deliveries are of one consistent upstream.
         let fetch = move |d: NaiveDate| async move {
-            tokio::time::sleep(pause).await;
-            Ok::<_, std::io::Error>(Fetched::new(data.records(d)).as_of(data.as_of(d)))
+            let records = data.records(d);
+            if !stream {
+                tokio::time::sleep(pause).await;
+                return Ok::<_, std::io::Error>(Fetched::new(records).as_of(data.as_of(d)));
+            }
+            // Ten chunks, the pause spread between them, so that a kill
+            // lands while the day is still arriving as often as while it
+            // is written.
+            let size = records.len().div_ceil(10).max(1);
+            let chunks: Vec<Vec<Record>> = records.chunks(size).map(<[Record]>::to_vec).collect();
+            let chunks = futures_util::stream::iter(chunks).then(move |chunk| async move {
+                tokio::time::sleep(pause / 10).await;
+                Ok::<_, std::io::Error>(chunk)
+            });
+            Ok(Fetched::stream(chunks).as_of(data.as_of(d)))
         };
         self.job()
             .backfill(store, &fetch, day(self.days.0)..=day(self.days.1))
@@ -283,6 +303,7 @@ impl Spec {
             "replace": self.mode == Mode::Replace,
             "concurrency": self.concurrency,
             "fetch_ms": self.fetch_ms,
+            "stream": self.stream,
         });
         Command::new(std::env::current_exe().unwrap())
             .args([
@@ -315,6 +336,7 @@ impl Spec {
             },
             concurrency: v["concurrency"].as_u64().unwrap() as usize,
             fetch_ms: v["fetch_ms"].as_u64().unwrap(),
+            stream: v["stream"].as_bool().unwrap(),
         }
     }
 }
@@ -406,7 +428,8 @@ async fn assert_ledger_matches_rows(store: &dyn Store, days: i64, context: &str)
 }
 
 /// A backfill in a child process, SIGKILLed at a random moment, 20 times
-/// per store while a reader polls; then run to completion. Every poll sees
+/// per store while a reader polls (every other run's days streamed in
+/// chunks, through temporary files); then run to completion. Every poll sees
 /// whole days only; after every kill each day has a ledger row exactly when
 /// its rows are there, with their digest; the end state equals the oracle
 /// byte for byte.
@@ -432,6 +455,7 @@ async fn killed_backfills_leave_whole_days_and_converge() {
             },
             concurrency: 2,
             fetch_ms,
+            stream: version % 4 < 2,
         };
         let (mut polls, mut interrupted) = (0, 0);
         // In increasing order, so each run's versions are the newest (a
@@ -517,6 +541,8 @@ async fn overlapping_jobs_in_separate_processes_converge() {
                 mode,
                 concurrency,
                 fetch_ms: 2,
+                // Half the seeds deliver their days as streams.
+                stream: seed % 2 == 1,
             };
             let initial = spec(drawn(0, true), (0, 15), Mode::Merge, 2);
             // The listing of the deleted day lists what the upstream that

@@ -40,7 +40,9 @@ pub(crate) async fn run(args: StatusArgs) -> Result<u8, Failure> {
     } else if format == StatusFormat::Table {
         table(&status)
     } else {
-        let colour = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        // Colour on a terminal only, unless NO_COLOR says otherwise.
+        let colour =
+            stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
         calendar(&status, colour)
     };
     let mut stdout = stdout.lock();
@@ -134,7 +136,7 @@ fn calendar(status: &Status, colour: bool) -> String {
     let mut days = status.days.iter().peekable();
     while let Some(first) = days.peek() {
         let (year, month) = (first.day.year(), first.day.month());
-        let mut row = vec![None; 31];
+        let mut row = [None; 31];
         while let Some(day) = days.next_if(|d| (d.day.year(), d.day.month()) == (year, month)) {
             row[day.day.day0() as usize] = Some(Cell::of(day));
         }

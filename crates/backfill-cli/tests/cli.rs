@@ -324,7 +324,7 @@ fn a_hung_command_is_killed_with_its_children() {
 async fn sigint_finishes_the_day_in_flight_and_exits_130() {
     let dir = tempfile::tempdir().unwrap();
     let fetch = format!("sleep 0.5; {} {{day}}", sample());
-    let mut child = range(&mut backfill(dir.path()), 1, 20)
+    let child = range(&mut backfill(dir.path()), 1, 20)
         .args(["--fetch-cmd", &fetch])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
