@@ -94,9 +94,10 @@ impl FailedDay {
 impl fmt::Display for FailedDay {
     /// One line of the run report's table.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plural = if self.attempts == 1 { "" } else { "s" };
         write!(
             f,
-            "{:<10}  FAILED after {} attempts: {}",
+            "{:<10}  FAILED after {} attempt{plural}: {}",
             self.day, self.attempts, self.error
         )
     }

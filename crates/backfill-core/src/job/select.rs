@@ -152,7 +152,8 @@ impl fmt::Display for Status {
             let last = match (failure, synced) {
                 (Some(fail), _) => {
                     let first_line = fail.error.lines().next().unwrap_or_default();
-                    format!("after {} attempts: {first_line}", fail.attempts)
+                    let plural = if fail.attempts == 1 { "" } else { "s" };
+                    format!("after {} attempt{plural}: {first_line}", fail.attempts)
                 }
                 (None, Some(s)) => s.run_id.as_ref().map_or(String::new(), ToString::to_string),
                 (None, None) => String::new(),

@@ -574,7 +574,7 @@ async fn status_renders_a_readable_table() {
     );
     assert!(
         lines[5].contains("failed")
-            && lines[5].contains("after 1 attempts: fetching 2026-07-05 failed: down"),
+            && lines[5].contains("after 1 attempt: fetching 2026-07-05 failed: down"),
         "{table}"
     );
     assert!(
