@@ -301,12 +301,14 @@ fn parse_instant(s: &str) -> Result<DateTime<Utc>, String> {
 }
 
 fn parse_zone(s: &str) -> Result<chrono_tz::Tz, String> {
-    s.parse::<chrono_tz::Tz>()
-        .map_err(|_| format!("`{s}` is not a time zone: expected an IANA name such as Europe/Paris or UTC"))
+    s.parse::<chrono_tz::Tz>().map_err(|_| {
+        format!("`{s}` is not a time zone: expected an IANA name such as Europe/Paris or UTC")
+    })
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("`{s}` is not a duration (10m, 1h30m, 90s): {e}"))
+    humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}` is not a duration (10m, 1h30m, 90s): {e}"))
 }
 
 #[cfg(test)]
@@ -336,7 +338,10 @@ mod tests {
             jan(5).and_hms_opt(0, 0, 0).unwrap().and_utc()
         );
         assert!(parse_instant("soon").is_err());
-        assert_eq!(parse_zone("Europe/Paris").unwrap(), chrono_tz::Europe::Paris);
+        assert_eq!(
+            parse_zone("Europe/Paris").unwrap(),
+            chrono_tz::Europe::Paris
+        );
         assert!(parse_zone("Mars/Olympus").is_err());
         assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
         assert!(parse_duration("ten minutes").is_err());

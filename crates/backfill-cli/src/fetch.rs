@@ -1,28 +1,43 @@
 //! Fetching a day by running a command or reading a file.
 //!
 //! Both read the [JSON Lines format](crate::jsonl): [`CommandFetch`] from
-//! a shell command's standard output, [`FileFetch`] from a file per day. `{day}` in the template stands for the day, `YYYY-MM-DD`.
+//! a shell command's standard output, [`FileFetch`] from a file per day.
+//! `{day}` in the template stands for the day, `YYYY-MM-DD`.
 //!
 //! A command's exit status says how a failed day is treated: 0 is success,
 //! 75 (`EX_TEMPFAIL` from `sysexits.h`) a transient failure the job
 //! retries, anything else (or death by a signal) a permanent one.
+//!
+//! Both stream: a day is parsed as it is read and handed to the job in
+//! chunks ([`Fetched::stream`]), so a day of any size is fetched in bounded
+//! memory. The output is read only as fast as the job takes the chunks: a
+//! command that prints faster blocks on its full pipe. The fetch reads
+//! ahead to the first record before it returns, for the day's `as_of` line
+//! (which must come first, see [`jsonl`](crate::jsonl)); an error further
+//! on — a malformed line, a failed exit status — is the stream's last
+//! item, and the job then writes nothing of the day.
 
 use std::collections::BTreeSet;
 use std::fmt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use backfill_core::{BoxError, Fetch, Fetched, Transient};
-use chrono::NaiveDate;
+use backfill_core::{BoxError, Fetch, Fetched, Record, Transient};
+use chrono::{DateTime, NaiveDate, Utc};
+use futures_util::{Stream, StreamExt};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
+use tokio::process::{Child, ChildStdout};
+use tokio::task::JoinHandle;
 
-use crate::jsonl::{read_day, ReadError, DEFAULT_MAX_LINE_BYTES};
+use crate::jsonl::{ChunkReader, Day, ReadError, DEFAULT_MAX_LINE_BYTES};
 
 /// The exit status that marks a command's failure as transient:
 /// `EX_TEMPFAIL` from `sysexits.h`.
@@ -135,18 +150,20 @@ impl FetchError {
 /// For day `D` the template runs as `sh -c TEMPLATE` with every `{day}`
 /// replaced by `D` (`YYYY-MM-DD`) and `BACKFILL_DAY=D` in its environment,
 /// standard input from `/dev/null`, in a process group of its own. Its
-/// output is parsed as it streams: a malformed line fails the day at once.
+/// output is parsed as it streams, and handed over in chunks: a malformed
+/// line fails the day at once. Its standard error is drained all along.
 ///
 /// The whole process group is killed (`SIGKILL`) when the command is
 /// done with — after it exited (so background children it left behind do
-/// not outlive it), on a malformed line, and when the fetch is dropped
-/// unfinished (the job's per-day timeout, a second Ctrl-C).
+/// not outlive it), on a malformed line, and when the fetch or its stream
+/// is dropped unfinished (the job's per-day timeout, a second Ctrl-C).
 /// [`kill_running_commands`] kills every group still running.
 ///
 /// Exit status 0 is success; [`EXIT_TEMPFAIL`] (75) a transient failure
 /// the job retries; any other status, or death by a signal, a permanent
 /// failure whose message ends with the last of the command's standard
-/// error.
+/// error. The status is known once the output ended, so a failure is the
+/// stream's last item, after any records: the job writes none of them.
 ///
 /// ```no_run
 /// use backfill_cli::fetch::CommandFetch;
@@ -186,13 +203,17 @@ impl CommandFetch {
         substitute(&self.template, day)
     }
 
-    /// Runs the command for `day` and reads its output.
+    /// Starts the command for `day` and reads its output up to the first
+    /// record (so its `as_of` line, if any, is known): what
+    /// [`Fetch::fetch`] returns, before it becomes a [`Fetched`]. The rest
+    /// of the output is parsed as the stream is read, and the exit status
+    /// comes at its end: a failure is the stream's last item.
     ///
     /// # Errors
     ///
-    /// [`FetchError`]: the command could not start, printed a malformed
-    /// line, exited with a status other than 0, or was killed by a signal.
-    pub async fn run(&self, day: NaiveDate) -> Result<Fetched, FetchError> {
+    /// [`FetchError`]: the command could not start, or printed a malformed
+    /// line before its first record.
+    pub async fn stream(&self, day: NaiveDate) -> Result<DayStream, FetchError> {
         let command = self.command_for(day);
         let mut child = tokio::process::Command::new("sh")
             .arg("-c")
@@ -213,49 +234,133 @@ impl CommandFetch {
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             unreachable!("stdout and stderr are piped")
         };
+        let mut running = Running {
+            group,
+            stderr: StderrTail::drain(stderr),
+            output: ChunkReader::new(
+                BufReader::with_capacity(READ_BUFFER_BYTES, stdout),
+                self.max_line_bytes,
+            ),
+            child,
+            status: None,
+        };
+        running.read(Until::FirstRecord).await?;
+        let as_of = running.output.as_of();
+        // The state is dropped, and with it the group killed, when the
+        // stream is dropped, after its last item, or right after an error.
+        let chunks = futures_util::stream::unfold(Some(running), |running| async move {
+            let mut running = running?;
+            match running.next().await {
+                Ok(Some(chunk)) => Some((Ok(chunk), Some(running))),
+                Ok(None) => None,
+                Err(error) => Some((Err(error), None)),
+            }
+        });
+        Ok(DayStream::new(chunks, as_of))
+    }
 
-        let mut tail = Vec::new();
-        let mut drain = Box::pin(keep_tail(stderr, &mut tail));
-        let read = read_day(
-            BufReader::with_capacity(READ_BUFFER_BYTES, stdout),
-            self.max_line_bytes,
-        );
+    /// Runs the command for `day` and collects its whole output in memory
+    /// (see [`stream`](Self::stream) for a day of any size).
+    ///
+    /// # Errors
+    ///
+    /// [`FetchError`]: the command could not start, printed a malformed
+    /// line, exited with a status other than 0, or was killed by a signal.
+    pub async fn records(&self, day: NaiveDate) -> Result<Day, FetchError> {
+        self.stream(day).await?.into_day().await
+    }
+}
+
+#[async_trait]
+impl Fetch for CommandFetch {
+    async fn fetch(&self, day: NaiveDate) -> Result<Fetched, BoxError> {
+        self.stream(day)
+            .await
+            .map(Fetched::from)
+            .map_err(FetchError::into_boxed)
+    }
+}
+
+/// A running command whose output is being read. Dropped, it kills the
+/// command's process group (unless the command was reaped and its group
+/// killed already).
+struct Running {
+    /// First, so it is dropped first: the group is killed before its pipes
+    /// close.
+    group: Option<ProcessGroup>,
+    stderr: StderrTail,
+    output: ChunkReader<BufReader<ChildStdout>>,
+    child: Child,
+    status: Option<ExitStatus>,
+}
+
+/// How far [`Running::read`] reads.
+#[derive(Debug, Clone, Copy)]
+enum Until {
+    FirstRecord,
+    Chunk,
+}
+
+impl Running {
+    /// The next chunk of records; `None`, once the output ended and the
+    /// command exited with status 0.
+    async fn next(&mut self) -> Result<Option<Vec<Record>>, FetchError> {
+        match self.read(Until::Chunk).await? {
+            Some(chunk) => Ok(Some(chunk)),
+            None => self.finish().await.map(|()| None),
+        }
+    }
+
+    /// Reads output while following the command's exit.
+    async fn read(&mut self, until: Until) -> Result<Option<Vec<Record>>, FetchError> {
+        let Self {
+            output,
+            child,
+            status,
+            group,
+            ..
+        } = self;
+        let read = async move {
+            match until {
+                Until::FirstRecord => output.read_head().await.map(|_| None),
+                Until::Chunk => output.next_chunk().await,
+            }
+        };
         tokio::pin!(read);
-        let mut fetched = None;
-        let mut status: Option<ExitStatus> = None;
-        let mut stderr_done = false;
-        // Output, exit and standard error are followed together: a command
-        // blocked writing a full stderr pipe would never exit otherwise.
-        while fetched.is_none() || status.is_none() || !stderr_done {
+        loop {
             tokio::select! {
-                parsed = &mut read, if fetched.is_none() => match parsed {
-                    Ok(day) => fetched = Some(day),
-                    // The group is killed as `group` drops.
-                    Err(problem) => return Err(FetchError::Output(problem)),
-                },
+                read = &mut read => return read.map_err(FetchError::Output),
                 exited = child.wait(), if status.is_none() => {
-                    status = Some(exited.map_err(FetchError::Wait)?);
+                    *status = Some(exited.map_err(FetchError::Wait)?);
                     // The command is done: whatever it left running in its
                     // group goes, and the output ends once the pipe drains
                     // even if a background child held it open.
-                    if let Some(group) = &group {
+                    if let Some(group) = group {
                         group.kill_after_exit();
                     }
                 }
-                () = &mut drain, if !stderr_done => stderr_done = true,
-                () = tokio::time::sleep(STDERR_GRACE), if fetched.is_some() && status.is_some() => {
-                    break;
-                }
             }
         }
-        drop(drain);
-        let (Some(fetched), Some(status)) = (fetched, status) else {
-            unreachable!("the loop ends with both")
+    }
+
+    /// After the output ended: the command's exit status, as the stream's
+    /// end or its last error.
+    async fn finish(&mut self) -> Result<(), FetchError> {
+        let status = match self.status {
+            Some(status) => status,
+            None => {
+                let status = self.child.wait().await.map_err(FetchError::Wait)?;
+                self.status = Some(status);
+                if let Some(group) = &self.group {
+                    group.kill_after_exit();
+                }
+                status
+            }
         };
         if status.success() {
-            return Ok(fetched);
+            return Ok(());
         }
-        let stderr = tail_text(&tail);
+        let stderr = self.stderr.text().await;
         Err(match (status.code(), status.signal()) {
             (Some(code), _) => FetchError::Exit { code, stderr },
             (None, Some(signal)) => FetchError::Signal { signal, stderr },
@@ -265,16 +370,126 @@ impl CommandFetch {
     }
 }
 
-#[async_trait]
-impl Fetch for CommandFetch {
-    async fn fetch(&self, day: NaiveDate) -> Result<Fetched, BoxError> {
-        self.run(day).await.map_err(FetchError::into_boxed)
+/// A command's standard error, drained by a task of its own so the command
+/// never blocks on a full pipe, whether or not its output is being read;
+/// its last [`STDERR_TAIL_BYTES`] are kept for the error message. The task
+/// is aborted when this is dropped.
+struct StderrTail {
+    tail: Arc<Mutex<Vec<u8>>>,
+    drain: Option<JoinHandle<()>>,
+}
+
+impl StderrTail {
+    fn drain(stderr: impl AsyncRead + Unpin + Send + 'static) -> Self {
+        let tail = Arc::new(Mutex::new(Vec::new()));
+        let drain = tokio::spawn(keep_tail(stderr, Arc::clone(&tail)));
+        Self {
+            tail,
+            drain: Some(drain),
+        }
+    }
+
+    /// The tail as one line of text, once standard error ended or, if a
+    /// process that left the group holds it open, after [`STDERR_GRACE`].
+    async fn text(&mut self) -> String {
+        if let Some(mut drain) = self.drain.take() {
+            if tokio::time::timeout(STDERR_GRACE, &mut drain)
+                .await
+                .is_err()
+            {
+                drain.abort();
+            }
+        }
+        tail_text(&self.tail.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+impl Drop for StderrTail {
+    fn drop(&mut self) {
+        if let Some(drain) = &self.drain {
+            drain.abort();
+        }
+    }
+}
+
+/// A day being fetched by a [`CommandFetch`] or a [`FileFetch`]: the
+/// `as_of` line's instant, read before any record, and the records as a
+/// stream of chunks (see [`ChunkReader`]) ending with the first error.
+///
+/// It converts into a [`Fetched`]; [`DayStream::into_day`] collects it.
+/// Dropping it stops the fetch (and kills a command's process group).
+pub struct DayStream {
+    as_of: Option<DateTime<Utc>>,
+    chunks: Pin<Box<dyn Stream<Item = Result<Vec<Record>, FetchError>> + Send>>,
+}
+
+impl DayStream {
+    fn new(
+        chunks: impl Stream<Item = Result<Vec<Record>, FetchError>> + Send + 'static,
+        as_of: Option<DateTime<Utc>>,
+    ) -> Self {
+        Self {
+            as_of,
+            // Fused: polled again after its end, it stays ended.
+            chunks: Box::pin(chunks.fuse()),
+        }
+    }
+
+    /// The day's `as_of` line's instant, if it had one.
+    pub fn as_of(&self) -> Option<DateTime<Utc>> {
+        self.as_of
+    }
+
+    /// Reads the rest of the day into memory.
+    ///
+    /// # Errors
+    ///
+    /// The stream's error, if any.
+    pub async fn into_day(mut self) -> Result<Day, FetchError> {
+        let mut records = Vec::new();
+        while let Some(chunk) = self.chunks.next().await {
+            records.extend(chunk?);
+        }
+        Ok(Day {
+            records,
+            as_of: self.as_of,
+        })
+    }
+}
+
+impl fmt::Debug for DayStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DayStream")
+            .field("as_of", &self.as_of)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stream for DayStream {
+    type Item = Result<Vec<Record>, FetchError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.chunks.as_mut().poll_next(cx)
+    }
+}
+
+impl From<DayStream> for Fetched {
+    fn from(day: DayStream) -> Self {
+        let fetched = Fetched::stream(
+            day.chunks
+                .map(|chunk| chunk.map_err(FetchError::into_boxed)),
+        );
+        match day.as_of {
+            Some(at) => fetched.as_of(at),
+            None => fetched,
+        }
     }
 }
 
 /// Fetches a day by reading a file in the [JSON Lines format](crate::jsonl),
 /// at a path template where `{day}` stands for the day (`YYYY-MM-DD`),
-/// e.g. `exports/{day}.jsonl`. A missing file fails the day.
+/// e.g. `exports/{day}.jsonl`. A missing file fails the day. The file is
+/// parsed as it is read and handed over in chunks.
 #[derive(Debug, Clone)]
 pub struct FileFetch {
     template: String,
@@ -307,13 +522,16 @@ impl FileFetch {
         PathBuf::from(substitute(&self.template, day))
     }
 
-    /// Reads the file of `day`.
+    /// Opens the file of `day` and reads it up to the first record (so its
+    /// `as_of` line, if any, is known): what [`Fetch::fetch`] returns,
+    /// before it becomes a [`Fetched`]. The rest is parsed as the stream is
+    /// read; a malformed line there is the stream's last item.
     ///
     /// # Errors
     ///
     /// [`FetchError`]: no such file, it cannot be opened or read, or it
-    /// holds a malformed line.
-    pub async fn run(&self, day: NaiveDate) -> Result<Fetched, FetchError> {
+    /// holds a malformed line before its first record.
+    pub async fn stream(&self, day: NaiveDate) -> Result<DayStream, FetchError> {
         let path = self.path_for(day);
         let file = match tokio::fs::File::open(&path).await {
             Ok(file) => file,
@@ -322,17 +540,42 @@ impl FileFetch {
             }
             Err(error) => return Err(FetchError::Open { path, error }),
         };
-        let reader = BufReader::with_capacity(READ_BUFFER_BYTES, file);
-        read_day(reader, self.max_line_bytes)
-            .await
-            .map_err(|problem| FetchError::File { path, problem })
+        let mut reader = ChunkReader::new(
+            BufReader::with_capacity(READ_BUFFER_BYTES, file),
+            self.max_line_bytes,
+        );
+        let as_of = match reader.read_head().await {
+            Ok(as_of) => as_of,
+            Err(problem) => return Err(FetchError::File { path, problem }),
+        };
+        let chunks = reader.into_chunks().map(move |chunk| {
+            chunk.map_err(|problem| FetchError::File {
+                path: path.clone(),
+                problem,
+            })
+        });
+        Ok(DayStream::new(chunks, as_of))
+    }
+
+    /// Reads the whole file of `day` into memory (see
+    /// [`stream`](Self::stream) for a file of any size).
+    ///
+    /// # Errors
+    ///
+    /// [`FetchError`]: no such file, it cannot be opened or read, or it
+    /// holds a malformed line.
+    pub async fn records(&self, day: NaiveDate) -> Result<Day, FetchError> {
+        self.stream(day).await?.into_day().await
     }
 }
 
 #[async_trait]
 impl Fetch for FileFetch {
     async fn fetch(&self, day: NaiveDate) -> Result<Fetched, BoxError> {
-        self.run(day).await.map_err(FetchError::into_boxed)
+        self.stream(day)
+            .await
+            .map(Fetched::from)
+            .map_err(FetchError::into_boxed)
     }
 }
 
@@ -414,15 +657,17 @@ impl Drop for ProcessGroup {
 
 /// Reads `stderr` to its end, keeping its last [`STDERR_TAIL_BYTES`]
 /// (and at most twice that between trims) in `tail`.
-async fn keep_tail(mut stderr: impl AsyncRead + Unpin, tail: &mut Vec<u8>) {
+async fn keep_tail(mut stderr: impl AsyncRead + Unpin, tail: Arc<Mutex<Vec<u8>>>) {
     let mut buf = vec![0; 16 * 1024];
     loop {
         match stderr.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => {
+                let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
                 tail.extend_from_slice(&buf[..n]);
                 if tail.len() > 2 * STDERR_TAIL_BYTES {
-                    tail.drain(..tail.len() - STDERR_TAIL_BYTES);
+                    let cut = tail.len() - STDERR_TAIL_BYTES;
+                    tail.drain(..cut);
                 }
             }
         }
@@ -496,7 +741,9 @@ mod tests {
     use std::path::Path;
     use std::time::Instant;
 
-    use backfill_core::{Error, Job, MemoryStore, Retry};
+    use backfill_core::{Error, Job, MemoryStore, Retry, Store};
+
+    use crate::jsonl::{CHUNK_BYTES, CHUNK_RECORDS};
     use nix::errno::Errno;
 
     /// Command tests take this shared; the one that kills every running
@@ -567,16 +814,16 @@ mod tests {
         let _shared = COMMANDS.read().await;
         let script = format!(
             "{}; {}; [ \"$BACKFILL_DAY\" = {{day}} ] || exit 9; echo; {}",
-            print(&line("a-{day}", "{day}")),
             print(r#"{"as_of":"2026-01-04T00:00:00Z"}"#),
+            print(&line("a-{day}", "{day}")),
             print_expanding(&line("b-$BACKFILL_DAY", "2026-01-03")),
         );
         let fetch = CommandFetch::new(script);
-        let fetched = fetch.run(day()).await.unwrap();
-        let keys: Vec<_> = fetched.records().iter().map(|r| r.key()).collect();
+        let fetched = fetch.records(day()).await.unwrap();
+        let keys: Vec<_> = fetched.records.iter().map(|r| r.key()).collect();
         assert_eq!(keys, ["a-2026-01-03", "b-2026-01-03"]);
-        assert_eq!(fetched.records()[0].value(), r#"{"a":2,"b":1}"#);
-        assert!(fetched.listing_as_of().is_some());
+        assert_eq!(fetched.records[0].value(), r#"{"a":2,"b":1}"#);
+        assert!(fetched.as_of.is_some());
         let command = fetch.command_for(day());
         assert!(
             command.contains("a-2026-01-03") && !command.contains("{day}"),
@@ -593,9 +840,9 @@ mod tests {
             print(&line("x", "2026-01-03")),
             print(&line("y", "2026-01-04")),
         );
-        let fetched = CommandFetch::new(script).run(day()).await.unwrap();
+        let fetched = CommandFetch::new(script).records(day()).await.unwrap();
         let days: Vec<_> = fetched
-            .records()
+            .records
             .iter()
             .map(|r| r.event_date().to_string())
             .collect();
@@ -608,7 +855,7 @@ mod tests {
         let script = "echo 'noise that is cut away' >&2; \
                       head -c 8000 /dev/zero | tr '\\0' 'n' >&2; echo >&2; \
                       echo '  upstream said no  ' >&2; echo >&2; echo 'HTTP 500' >&2; exit 3";
-        let error = CommandFetch::new(script).run(day()).await.unwrap_err();
+        let error = CommandFetch::new(script).records(day()).await.unwrap_err();
         let text = error.to_string();
         assert!(
             text.starts_with("fetch command exited with status 3: nnnn"),
@@ -621,11 +868,14 @@ mod tests {
         assert!(!text.contains("noise"), "only the last 4 KiB: {text}");
         assert!(!error.is_transient());
 
-        let error = CommandFetch::new("exit 4").run(day()).await.unwrap_err();
+        let error = CommandFetch::new("exit 4")
+            .records(day())
+            .await
+            .unwrap_err();
         assert_eq!(error.to_string(), "fetch command exited with status 4");
 
         let error = CommandFetch::new("echo bye >&2; kill -9 $$")
-            .run(day())
+            .records(day())
             .await
             .unwrap_err();
         assert_eq!(
@@ -651,7 +901,10 @@ mod tests {
         assert_eq!(report.attempts, 2);
         assert_eq!(report.counts.inserted, 1);
 
-        let boxed = CommandFetch::new("exit 75").fetch(day()).await.unwrap_err();
+        // The status is known at the end of the output: the stream's last
+        // item.
+        let fetched = CommandFetch::new("exit 75").fetch(day()).await.unwrap();
+        let boxed = fetched.collect().await.unwrap_err();
         assert!(boxed.is::<Transient>());
         let error = Error::Fetch {
             day: day(),
@@ -663,7 +916,8 @@ mod tests {
             "fetching 2026-01-03 failed: fetch command exited with status 75 (transient)"
         );
 
-        let boxed = CommandFetch::new("exit 3").fetch(day()).await.unwrap_err();
+        let fetched = CommandFetch::new("exit 3").fetch(day()).await.unwrap();
+        let boxed = fetched.collect().await.unwrap_err();
         assert!(!Error::Fetch {
             day: day(),
             source: boxed
@@ -674,6 +928,133 @@ mod tests {
             .await
             .unwrap_err();
         assert!(!error.is_retryable(), "{error}");
+    }
+
+    #[tokio::test]
+    async fn records_come_in_bounded_chunks_with_the_as_of_known_first() {
+        let _shared = COMMANDS.read().await;
+        let script = format!(
+            "{}; yes '{}' | head -n 50000",
+            print(r#"{"as_of":"2026-01-04T00:00:00Z"}"#),
+            line("k", "{day}")
+        );
+        let fetched = CommandFetch::new(&script).fetch(day()).await.unwrap();
+        assert!(fetched.is_stream());
+        assert!(fetched.listing_as_of().is_some(), "set before any record");
+
+        let mut stream = CommandFetch::new(&script).stream(day()).await.unwrap();
+        assert!(stream.as_of().is_some());
+        let mut sizes = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.unwrap();
+            let bytes: usize = chunk.iter().map(|r| r.key().len() + r.value().len()).sum();
+            assert!(chunk.len() <= CHUNK_RECORDS && bytes <= CHUNK_BYTES);
+            sizes.push(chunk.len());
+        }
+        assert!(sizes.len() >= 2, "{sizes:?}");
+        assert_eq!(sizes.iter().sum::<usize>(), 50_000);
+    }
+
+    /// The output is read only as fast as the stream is: a command printing
+    /// two million lines to a consumer that stalls after its first chunk
+    /// is held back by its full pipe, never read ahead into memory.
+    #[tokio::test]
+    async fn a_slow_consumer_holds_a_large_output_back() {
+        let _shared = COMMANDS.read().await;
+        let dir = tempfile::tempdir().unwrap();
+        let progress = dir.path().join("progress");
+        // 200 batches of 10 000 lines; `progress` says how many batches
+        // were written into the pipe.
+        let script = format!(
+            "i=0; while [ $i -lt 200 ]; do yes '{}' | head -n 10000; i=$((i+1)); echo $i > '{}'; done",
+            line("k", "{day}"),
+            progress.display(),
+        );
+        let mut stream = CommandFetch::new(script).stream(day()).await.unwrap();
+        let first = stream.next().await.unwrap().unwrap();
+        assert_eq!(first.len(), CHUNK_RECORDS);
+        // A reader that buffered the output would be well past 100 000
+        // lines by now, even in a debug build.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let written: u32 = std::fs::read_to_string(&progress)
+            .map(|text| text.trim().parse().unwrap())
+            .unwrap_or(0);
+        assert!(
+            written <= 3,
+            "{written} batches of 10 000 lines written while one chunk was taken"
+        );
+        // Taking more lets it go on, a chunk at a time.
+        for _ in 0..5 {
+            assert_eq!(stream.next().await.unwrap().unwrap().len(), CHUNK_RECORDS);
+        }
+        assert!(running_commands() >= 1);
+    }
+
+    #[tokio::test]
+    async fn dropping_the_stream_midway_kills_the_command_and_its_children() {
+        let _shared = COMMANDS.read().await;
+        let dir = tempfile::tempdir().unwrap();
+        let (child_file, shell_file) = (dir.path().join("child"), dir.path().join("shell"));
+        let script = format!(
+            "sleep 100 & echo $! > '{}'; echo $$ > '{}'; yes '{}' | head -n 30000; sleep 100",
+            child_file.display(),
+            shell_file.display(),
+            line("k", "{day}"),
+        );
+        let mut stream = CommandFetch::new(script).stream(day()).await.unwrap();
+        let (child, shell) = (read_pid(&child_file).await, read_pid(&shell_file).await);
+        assert!(stream.next().await.unwrap().is_ok());
+        assert!(live_groups().contains(&shell));
+        drop(stream);
+        assert!(!live_groups().contains(&shell), "killed and forgotten");
+        assert!(
+            wait_until_gone(shell).await,
+            "the command {shell} was killed"
+        );
+        assert!(
+            wait_until_gone(child).await,
+            "its background child {child} was killed"
+        );
+
+        // As a Fetched, the same.
+        let script = format!(
+            "echo $$ > '{}'; {}; sleep 100",
+            shell_file.display(),
+            print(&line("k", "{day}"))
+        );
+        std::fs::remove_file(&shell_file).unwrap();
+        let fetched = CommandFetch::new(script).fetch(day()).await.unwrap();
+        let shell = read_pid(&shell_file).await;
+        drop(fetched);
+        assert!(wait_until_gone(shell).await, "the command was killed");
+    }
+
+    #[tokio::test]
+    async fn a_failure_after_records_writes_nothing_and_exit_75_is_retried() {
+        let _shared = COMMANDS.read().await;
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("tried");
+        // 20 000 records (several chunks) either way; the first run then
+        // fails with status 75.
+        let script = format!(
+            "yes '{}' | head -n 20000 | awk '{{ sub(/\"k\"/, \"\\\"k\" NR \"\\\"\"); print }}';              if [ ! -e '{m}' ]; then touch '{m}'; echo 'busy' >&2; exit 75; fi",
+            line("k", "{day}"),
+            m = marker.display(),
+        );
+        let fetch = CommandFetch::new(script);
+        let store = MemoryStore::new();
+        let once = Job::new().retry(Retry::none());
+        let error = once.sync_day(&store, &fetch, day()).await.unwrap_err();
+        assert!(error.is_retryable(), "{error}");
+        assert!(error.to_string().contains("status 75: busy"), "{error}");
+        assert!(store.rows().await.unwrap().is_empty(), "nothing written");
+
+        std::fs::remove_file(&marker).unwrap();
+        let job = Job::new().retry(Retry::default().backoff(Duration::ZERO, Duration::ZERO));
+        let report = job.sync_day(&store, &fetch, day()).await.unwrap();
+        assert_eq!(report.attempts, 2);
+        assert_eq!(report.counts.inserted, 20_000);
+        assert_eq!(store.rows().await.unwrap().len(), 20_000);
     }
 
     #[tokio::test]
@@ -688,7 +1069,7 @@ mod tests {
             print(r#"{"key":"k","event_date":"2026-01-03","value":"v"}"#),
         );
         let started = Instant::now();
-        let error = CommandFetch::new(script).run(day()).await.unwrap_err();
+        let error = CommandFetch::new(script).records(day()).await.unwrap_err();
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "{:?}",
@@ -701,9 +1082,36 @@ mod tests {
         let shell = read_pid(&pidfile).await;
         assert!(wait_until_gone(shell).await, "the command was killed");
 
+        // After records were handed over: the stream's last item.
+        std::fs::remove_file(&pidfile).unwrap();
+        let script = format!(
+            "yes '{}' | head -n {}; echo $$ > '{}'; {}; sleep 100",
+            line("ok", "{day}"),
+            CHUNK_RECORDS + 1,
+            pidfile.display(),
+            print(r#"{"as_of":"2026-01-04T00:00:00Z"}"#),
+        );
+        let mut stream = CommandFetch::new(script).stream(day()).await.unwrap();
+        assert_eq!(stream.as_of(), None);
+        let started = Instant::now();
+        let first = stream.next().await.unwrap().unwrap();
+        assert_eq!(first.len(), CHUNK_RECORDS);
+        let error = stream.next().await.unwrap().unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "fetch command output, line {}: as_of must come before the first record (line 1)",
+                CHUNK_RECORDS + 2
+            )
+        );
+        assert!(stream.next().await.is_none(), "the stream ends");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let shell = read_pid(&pidfile).await;
+        assert!(wait_until_gone(shell).await, "the command was killed");
+
         let error = CommandFetch::new(format!("{}; sleep 100", print(&"x".repeat(5000))))
             .max_line_bytes(1024)
-            .run(day())
+            .records(day())
             .await
             .unwrap_err();
         assert_eq!(
@@ -724,7 +1132,7 @@ mod tests {
         );
         let fetch = CommandFetch::new(script);
         let started = Instant::now();
-        let outcome = tokio::time::timeout(Duration::from_secs(1), fetch.run(day())).await;
+        let outcome = tokio::time::timeout(Duration::from_secs(1), fetch.records(day())).await;
         assert!(outcome.is_err(), "timed out");
         assert!(started.elapsed() < Duration::from_secs(5));
         let (child, shell) = (read_pid(&child_file).await, read_pid(&shell_file).await);
@@ -751,13 +1159,13 @@ mod tests {
             print(&line("k", "{day}"))
         );
         let started = Instant::now();
-        let fetched = CommandFetch::new(script).run(day()).await.unwrap();
+        let fetched = CommandFetch::new(script).records(day()).await.unwrap();
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "{:?}",
             started.elapsed()
         );
-        assert_eq!(fetched.records().len(), 1);
+        assert_eq!(fetched.records.len(), 1);
         let child = read_pid(&child_file).await;
         assert!(
             wait_until_gone(child).await,
@@ -768,31 +1176,31 @@ mod tests {
     #[tokio::test]
     async fn kill_running_commands_kills_every_group() {
         let _alone = COMMANDS.write().await;
-        assert_eq!(running_commands(), 0);
-        let fetch = CommandFetch::new("sleep 100");
-        let running = tokio::spawn(async move { fetch.run(day()).await });
-        for _ in 0..100 {
-            if running_commands() == 1 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert_eq!(running_commands(), 1);
+        let dir = tempfile::tempdir().unwrap();
+        let shell_file = dir.path().join("shell");
+        let fetch = CommandFetch::new(format!("echo $$ > '{}'; sleep 100", shell_file.display()));
+        let running = tokio::spawn(async move { fetch.records(day()).await });
+        let shell = read_pid(&shell_file).await;
+        assert!(live_groups().contains(&shell), "registered while it runs");
+        assert!(running_commands() >= 1);
         kill_running_commands();
         let error = tokio::time::timeout(Duration::from_secs(5), running)
             .await
             .expect("ended when killed")
             .unwrap()
             .unwrap_err();
-        assert!(error.to_string().contains("killed by signal 9"), "{error}");
-        assert_eq!(running_commands(), 0);
+        assert_eq!(
+            error.to_string(),
+            "fetch command was killed by signal 9 (SIGKILL)"
+        );
+        assert!(!live_groups().contains(&shell), "forgotten once reaped");
     }
 
     #[tokio::test]
     async fn a_command_that_cannot_start_is_a_permanent_error() {
         let _shared = COMMANDS.read().await;
         let error = CommandFetch::new("definitely-not-a-command-xyz {day}")
-            .run(day())
+            .records(day())
             .await
             .unwrap_err();
         assert!(
@@ -827,10 +1235,10 @@ mod tests {
             ),
         )
         .unwrap();
-        let fetched = fetch.run(day()).await.unwrap();
-        assert_eq!(fetched.records().len(), 2);
+        let fetched = fetch.records(day()).await.unwrap();
+        assert_eq!(fetched.records.len(), 2);
 
-        let error = fetch.run(day().succ_opt().unwrap()).await.unwrap_err();
+        let error = fetch.records(day().succ_opt().unwrap()).await.unwrap_err();
         assert_eq!(
             error.to_string(),
             format!(
@@ -850,7 +1258,7 @@ mod tests {
             format!("{}\n{{\"as_of\":1}}\n", line("a", "2026-01-03")),
         )
         .unwrap();
-        let error = fetch.run(day()).await.unwrap_err();
+        let error = fetch.records(day()).await.unwrap_err();
         assert_eq!(
             error.to_string(),
             format!(
@@ -859,8 +1267,22 @@ mod tests {
             )
         );
 
+        // A large file streams, its as_of known before any record.
+        let mut text = String::from("\n{\"as_of\":\"2026-01-04T00:00:00Z\"}\n");
+        for i in 0..20_000 {
+            text.push_str(&line(&format!("k{i}"), "2026-01-03"));
+            text.push('\n');
+        }
+        std::fs::write(&path, text).unwrap();
+        let fetched = fetch.fetch(day()).await.unwrap();
+        assert!(fetched.is_stream() && fetched.listing_as_of().is_some());
+        assert_eq!(fetched.collect().await.unwrap().0.len(), 20_000);
+        let chunks: Vec<_> = fetch.stream(day()).await.unwrap().collect().await;
+        assert_eq!(chunks.len(), 20_000_usize.div_ceil(CHUNK_RECORDS));
+        assert!(chunks.iter().all(|chunk| chunk.is_ok()));
+
         let relative = FileFetch::new("exports/{day}.jsonl");
-        let error = relative.run(day()).await.unwrap_err();
+        let error = relative.records(day()).await.unwrap_err();
         assert_eq!(
             error.to_string(),
             "no file exports/2026-01-03.jsonl for 2026-01-03"
@@ -868,7 +1290,7 @@ mod tests {
 
         std::fs::create_dir(dir.path().join("2026-01-05.jsonl")).unwrap();
         let error = fetch
-            .run(NaiveDate::from_ymd_opt(2026, 1, 5).unwrap())
+            .records(NaiveDate::from_ymd_opt(2026, 1, 5).unwrap())
             .await
             .unwrap_err();
         assert!(error.to_string().contains("line 1: cannot read"), "{error}");

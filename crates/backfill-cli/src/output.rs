@@ -68,7 +68,10 @@ impl Output {
                     bar.reset_eta();
                 }
                 let n = days.len();
-                self.note(&format!("run {run_id}: {n} day{}", if n == 1 { "" } else { "s" }));
+                self.note(&format!(
+                    "run {run_id}: {n} day{}",
+                    if n == 1 { "" } else { "s" }
+                ));
             }
             Event::DayStarted { .. } => {}
             Event::DayRetrying {
@@ -150,22 +153,28 @@ impl Output {
         let _ = if self.json {
             match serde_json::to_string(report) {
                 Ok(json) => writeln!(stdout, "{json}"),
-                Err(error) => writeln!(std::io::stderr(), "error: cannot print the report: {error}"),
+                Err(error) => {
+                    writeln!(std::io::stderr(), "error: cannot print the report: {error}")
+                }
             }
         } else if report.dry_run {
-            writeln!(stdout, "dry run: would sync {} days, nothing fetched or written", report.planned.len())
-                .and_then(|()| {
-                    report
-                        .planned
-                        .iter()
-                        .try_for_each(|day| writeln!(stdout, "  {day}"))
-                })
-                .and_then(|()| {
-                    report
-                        .not_selected
-                        .iter()
-                        .try_for_each(|left| writeln!(stdout, "{left}"))
-                })
+            writeln!(
+                stdout,
+                "dry run: would sync {} days, nothing fetched or written",
+                report.planned.len()
+            )
+            .and_then(|()| {
+                report
+                    .planned
+                    .iter()
+                    .try_for_each(|day| writeln!(stdout, "  {day}"))
+            })
+            .and_then(|()| {
+                report
+                    .not_selected
+                    .iter()
+                    .try_for_each(|left| writeln!(stdout, "{left}"))
+            })
         } else {
             writeln!(stdout, "{report}")
         };

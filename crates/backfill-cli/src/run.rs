@@ -27,7 +27,12 @@ pub(crate) async fn sync(args: SyncArgs) -> Result<u8, Failure> {
         None => {
             let start = today
                 .checked_sub_days(chrono::Days::new(u64::from(args.lookback)))
-                .ok_or_else(|| Failure::Config(format!("--lookback {} reaches before the calendar", args.lookback)))?;
+                .ok_or_else(|| {
+                    Failure::Config(format!(
+                        "--lookback {} reaches before the calendar",
+                        args.lookback
+                    ))
+                })?;
             start..=today
         }
     };
@@ -51,7 +56,9 @@ pub(crate) async fn backfill(args: BackfillArgs) -> Result<u8, Failure> {
         (None, OnlyArg::Failed) => Select::Failed,
         (None, OnlyArg::MissingOrFailed) => Select::MissingOrFailed,
     };
-    job = job.select(select).concurrency(usize::from(args.concurrency));
+    job = job
+        .select(select)
+        .concurrency(usize::from(args.concurrency));
     if let Some(shard) = args.shard {
         job = job.shard(shard);
     }
@@ -70,7 +77,8 @@ pub(crate) async fn purge(args: PurgeArgs) -> Result<u8, Failure> {
     } else {
         println!(
             "purged {purged} tombstones last changed before {}",
-            args.before.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+            args.before
+                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
         );
     }
     Ok(EXIT_OK)
@@ -114,7 +122,13 @@ async fn execute(
             ))
         }
     };
-    let store: Box<dyn Store> = store::open(&args.store, Access::Write { connections: concurrency + 1 }).await?;
+    let store: Box<dyn Store> = store::open(
+        &args.store,
+        Access::Write {
+            connections: concurrency + 1,
+        },
+    )
+    .await?;
 
     let stop = StopHandle::new();
     let output = Arc::new(Output::new(args.json));

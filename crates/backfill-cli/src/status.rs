@@ -18,7 +18,9 @@ pub(crate) async fn run(args: StatusArgs) -> Result<u8, Failure> {
     let today = job.today();
     let (start, end) = (args.from.resolve(today), args.to.resolve(today));
     if start > end {
-        return Err(Failure::Config(format!("--from {start} is after --to {end}")));
+        return Err(Failure::Config(format!(
+            "--from {start} is after --to {end}"
+        )));
     }
     let store = store::open(&args.store, Access::Read).await?;
     let status = job
@@ -161,7 +163,12 @@ fn calendar(status: &Status, colour: bool) -> String {
             )
         })
         .collect();
-    let _ = writeln!(out, "\n{}   ({} days)", legend.join("   "), status.days.len());
+    let _ = writeln!(
+        out,
+        "\n{}   ({} days)",
+        legend.join("   "),
+        status.days.len()
+    );
     failures(status, &mut out);
     out
 }
@@ -197,7 +204,16 @@ fn table(status: &Status) -> String {
     let _ = writeln!(
         out,
         "{:<10}  {:<7}  {:<20}  {:<7}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  run / last error",
-        "day", "state", "synced_at", "mode", "records", "inserted", "updated", "deleted", "unchanged", "stale"
+        "day",
+        "state",
+        "synced_at",
+        "mode",
+        "records",
+        "inserted",
+        "updated",
+        "deleted",
+        "unchanged",
+        "stale"
     );
     for day in &status.days {
         let synced = day.entry.as_ref().and_then(|e| e.synced.as_ref());
@@ -206,7 +222,10 @@ fn table(status: &Status) -> String {
         let c = synced.map(|s| s.counts);
         let last = match (failure, synced) {
             (Some(f), _) => f.error.lines().collect::<Vec<_>>().join(" / "),
-            (None, Some(s)) => s.run_id.as_ref().map_or("-".to_owned(), ToString::to_string),
+            (None, Some(s)) => s
+                .run_id
+                .as_ref()
+                .map_or("-".to_owned(), ToString::to_string),
             (None, None) => "-".to_owned(),
         };
         let _ = writeln!(
@@ -214,7 +233,10 @@ fn table(status: &Status) -> String {
             "{:<10}  {:<7}  {:<20}  {:<7}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {}",
             day.day,
             day.state,
-            synced.map_or("-".to_owned(), |s| s.at.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+            synced.map_or("-".to_owned(), |s| s
+                .at
+                .format("%Y-%m-%dT%H:%M:%SZ")
+                .to_string()),
             synced.map_or("-", |s| match s.mode {
                 backfill_core::Mode::Replace => "replace",
                 _ => "merge",
@@ -254,7 +276,10 @@ mod tests {
             }
         };
         let job = Job::new().retry(Retry::none());
-        assert!(job.backfill(&store, &fetch, jan(3)..=jan(20)).await.is_err());
+        assert!(job
+            .backfill(&store, &fetch, jan(3)..=jan(20))
+            .await
+            .is_err());
         let feb28 = NaiveDate::from_ymd_opt(2026, 2, 28).unwrap();
         job.status(&store, jan(3)..=feb28).await.unwrap()
     }
@@ -263,7 +288,10 @@ mod tests {
     async fn the_calendar_has_a_row_per_month_and_a_cell_per_day() {
         let text = calendar(&status().await, false);
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[0].starts_with("         1       5         10"), "{text}");
+        assert!(
+            lines[0].starts_with("         1       5         10"),
+            "{text}"
+        );
         // January: blank for the 1st and 2nd, the cells from the 3rd.
         let jan = lines[1];
         assert!(jan.starts_with("2026-01      ■ ■ ✗ □ ■"), "{jan}");
@@ -273,11 +301,19 @@ mod tests {
         assert!(feb.starts_with("2026-02  · · ·"), "{feb}");
         assert_eq!(feb.matches('·').count(), 28, "{feb}");
         assert!(
-            text.contains("■ synced 16   □ synced, empty 1   ✗ failed 1   · missing 39   (57 days)"),
+            text.contains(
+                "■ synced 16   □ synced, empty 1   ✗ failed 1   · missing 39   (57 days)"
+            ),
             "{text}"
         );
-        assert!(text.contains("failed days:\n  2026-01-05  after 1 attempt at "), "{text}");
-        assert!(text.contains("failed: exit 3: upstream 500 / second line"), "{text}");
+        assert!(
+            text.contains("failed days:\n  2026-01-05  after 1 attempt at "),
+            "{text}"
+        );
+        assert!(
+            text.contains("failed: exit 3: upstream 500 / second line"),
+            "{text}"
+        );
         assert!(!text.contains('\x1b'), "no colour asked");
         let coloured = calendar(&status().await, true);
         assert!(coloured.contains("\x1b[1;31m✗ \x1b[0m"), "{coloured}");
@@ -290,7 +326,11 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 1 + status.days.len());
         assert!(lines[0].starts_with("day         state"));
-        let fields = |line: &str| line.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        let fields = |line: &str| {
+            line.split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
         let third = fields(lines[1]);
         assert_eq!(&third[..2], ["2026-01-03", "synced"]);
         assert_eq!(&third[3..10], ["merge", "1", "1", "0", "0", "0", "0"]);
@@ -303,6 +343,21 @@ mod tests {
         let sixth = fields(lines[4]);
         assert_eq!(&sixth[3..5], ["merge", "0"]);
         let last = fields(lines[lines.len() - 1]);
-        assert_eq!(last, ["2026-02-28", "missing", "-", "-", "-", "-", "-", "-", "-", "-", "-"]);
+        assert_eq!(
+            last,
+            [
+                "2026-02-28",
+                "missing",
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                "-"
+            ]
+        );
     }
 }

@@ -63,7 +63,10 @@ impl StoreUrl {
         query.split('&').any(|pair| {
             matches!(
                 pair.split_once('='),
-                Some(("sslmode", "prefer" | "require" | "verify-ca" | "verify-full"))
+                Some((
+                    "sslmode",
+                    "prefer" | "require" | "verify-ca" | "verify-full"
+                ))
             )
         })
     }
@@ -209,10 +212,18 @@ mod tests {
             StoreUrl::parse("postgresql://u@h/db").unwrap(),
             StoreUrl::Postgres(_)
         ));
-        for bad in ["sqlite://", "backfill.db", "mysql://u:pw@h/db", "", "postgres:/h"] {
+        for bad in [
+            "sqlite://",
+            "backfill.db",
+            "mysql://u:pw@h/db",
+            "",
+            "postgres:/h",
+        ] {
             assert!(StoreUrl::parse(bad).is_err(), "{bad}");
         }
-        let error = StoreUrl::parse("mysql://u:hunter2@h/db").unwrap_err().to_string();
+        let error = StoreUrl::parse("mysql://u:hunter2@h/db")
+            .unwrap_err()
+            .to_string();
         assert!(!error.contains("hunter2"), "{error}");
         assert!(error.contains("mysql://u:***@h/db"), "{error}");
     }
@@ -220,24 +231,41 @@ mod tests {
     #[test]
     fn passwords_are_never_shown() {
         let cases = [
-            ("postgres://u:hunter2@h:5432/db", "postgres://u:***@h:5432/db"),
-            ("postgres://u:p%40ss@h/db?sslmode=require", "postgres://u:***@h/db?sslmode=require"),
-            ("postgres://u@h/db?password=hunter2&x=1", "postgres://u@h/db?password=***&x=1"),
+            (
+                "postgres://u:hunter2@h:5432/db",
+                "postgres://u:***@h:5432/db",
+            ),
+            (
+                "postgres://u:p%40ss@h/db?sslmode=require",
+                "postgres://u:***@h/db?sslmode=require",
+            ),
+            (
+                "postgres://u@h/db?password=hunter2&x=1",
+                "postgres://u@h/db?password=***&x=1",
+            ),
             ("postgres://u:a@b@h/db", "postgres://u:***@h/db"),
             ("sqlite://data.db", "sqlite://data.db"),
         ];
         for (url, shown) in cases {
             assert_eq!(redact(url), shown);
         }
-        assert_eq!(password("postgres://u:hunter2@h/db").as_deref(), Some("hunter2"));
-        assert_eq!(password("postgres://u@h/db?password=pw").as_deref(), Some("pw"));
+        assert_eq!(
+            password("postgres://u:hunter2@h/db").as_deref(),
+            Some("hunter2")
+        );
+        assert_eq!(
+            password("postgres://u@h/db?password=pw").as_deref(),
+            Some("pw")
+        );
         assert_eq!(password("postgres://u@h/db"), None);
     }
 
     #[test]
     fn tls_only_when_the_url_asks_for_it() {
         assert!(StoreUrl::wants_tls("postgres://h/db?sslmode=require"));
-        assert!(StoreUrl::wants_tls("postgres://h/db?a=b&sslmode=verify-full"));
+        assert!(StoreUrl::wants_tls(
+            "postgres://h/db?a=b&sslmode=verify-full"
+        ));
         assert!(!StoreUrl::wants_tls("postgres://h/db"));
         assert!(!StoreUrl::wants_tls("postgres://h/db?sslmode=disable"));
         assert!(StoreUrl::wants_tls("postgres://h/db?sslmode=prefer"));

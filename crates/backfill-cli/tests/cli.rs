@@ -65,7 +65,10 @@ fn totals(report: &Value) -> (u64, u64) {
             .map(|d| d["counts"][field].as_u64().unwrap())
             .sum::<u64>()
     };
-    (sum("inserted"), sum("inserted") + sum("updated") + sum("deleted"))
+    (
+        sum("inserted"),
+        sum("inserted") + sum("updated") + sum("deleted"),
+    )
 }
 
 fn synced_days(report: &Value) -> Vec<String> {
@@ -78,9 +81,12 @@ fn synced_days(report: &Value) -> Vec<String> {
 }
 
 fn range(command: &mut Command, from: u32, to: u32) -> &mut Command {
-    command
-        .arg("backfill")
-        .args(["--from", &jan(from).to_string(), "--to", &jan(to).to_string()])
+    command.arg("backfill").args([
+        "--from",
+        &jan(from).to_string(),
+        "--to",
+        &jan(to).to_string(),
+    ])
 }
 
 async fn sqlite(dir: &Path) -> SqliteStore {
@@ -139,7 +145,10 @@ async fn only_missing_runs_what_a_partial_run_left() {
     assert_eq!(code(&output), 0, "{}", show(&output));
     let plan = text(&output.stdout);
     assert!(plan.contains("would sync 3 days"), "{plan}");
-    assert!(plan.contains("2026-01-04") && !plan.contains("  2026-01-03\n"), "{plan}");
+    assert!(
+        plan.contains("2026-01-04") && !plan.contains("  2026-01-03\n"),
+        "{plan}"
+    );
     assert_eq!(sqlite(dir.path()).await.rows().await.unwrap().len(), 300);
 
     let output = run(range(&mut backfill(dir.path()), 1, 6).args([
@@ -171,7 +180,10 @@ async fn only_failed_resumes_a_failed_day() {
     assert_eq!(code(&output), 2, "{}", show(&output));
     let out = text(&output.stdout);
     assert!(out.contains("2026-01-03  FAILED"), "{}", show(&output));
-    assert!(out.contains("upstream returned HTTP 500 for 2026-01-03"), "{out}");
+    assert!(
+        out.contains("upstream returned HTTP 500 for 2026-01-03"),
+        "{out}"
+    );
     let store = sqlite(dir.path()).await;
     assert_eq!(store.rows().await.unwrap().len(), 300);
     assert!(store.day_rows(jan(3)).await.unwrap().is_empty());
@@ -213,14 +225,14 @@ fn exit_75_is_retried() {
     assert!(text(&output.stderr).contains("attempt 1 failed, retrying"));
 
     // With no retry left, exit 75 fails the day.
-    let output = run(range(&mut backfill(dir.path()), 5, 5).args([
-        "--fetch-cmd",
-        &fetch,
-        "--retries",
-        "0",
-    ]));
+    let output =
+        run(range(&mut backfill(dir.path()), 5, 5).args(["--fetch-cmd", &fetch, "--retries", "0"]));
     assert_eq!(code(&output), 2, "{}", show(&output));
-    assert!(text(&output.stdout).contains("status 75"), "{}", show(&output));
+    assert!(
+        text(&output.stdout).contains("status 75"),
+        "{}",
+        show(&output)
+    );
 }
 
 /// A malformed line fails its day with the line number, and nothing of
@@ -256,10 +268,14 @@ async fn files_fetch_reads_a_day_per_file_and_a_missing_file_fails_its_day() {
             .arg(format!("{} 2026-01-0{d} --records 7", sample()))
             .output()
             .unwrap();
-        std::fs::write(dir.path().join(format!("exports/2026-01-0{d}.jsonl")), out.stdout).unwrap();
+        std::fs::write(
+            dir.path().join(format!("exports/2026-01-0{d}.jsonl")),
+            out.stdout,
+        )
+        .unwrap();
     }
-    let output = run(range(&mut backfill(dir.path()), 1, 3)
-        .args(["--fetch-files", "exports/{day}.jsonl"]));
+    let output =
+        run(range(&mut backfill(dir.path()), 1, 3).args(["--fetch-files", "exports/{day}.jsonl"]));
     assert_eq!(code(&output), 2, "{}", show(&output));
     assert!(
         text(&output.stdout).contains("exports/2026-01-02.jsonl"),
@@ -301,7 +317,11 @@ fn a_hung_command_is_killed_with_its_children() {
     ]));
     assert_eq!(code(&output), 2, "{}", show(&output));
     assert!(started.elapsed() < Duration::from_secs(30));
-    assert!(text(&output.stdout).contains("timed out"), "{}", show(&output));
+    assert!(
+        text(&output.stdout).contains("timed out"),
+        "{}",
+        show(&output)
+    );
     let pids: Vec<i32> = std::fs::read_to_string(&pids)
         .unwrap()
         .lines()
@@ -338,8 +358,16 @@ async fn sigint_finishes_the_day_in_flight_and_exits_130() {
     .unwrap();
     let output = child.wait_with_output().unwrap();
     assert_eq!(code(&output), 130, "{}", show(&output));
-    assert!(text(&output.stderr).contains("interrupted"), "{}", show(&output));
-    assert!(text(&output.stdout).contains("not started (stopped)"), "{}", show(&output));
+    assert!(
+        text(&output.stderr).contains("interrupted"),
+        "{}",
+        show(&output)
+    );
+    assert!(
+        text(&output.stdout).contains("not started (stopped)"),
+        "{}",
+        show(&output)
+    );
     let store = sqlite(dir.path()).await;
     let mut synced = 0;
     for d in 1..=20 {
@@ -374,7 +402,12 @@ fn status_json_is_the_ledger() {
     ]));
     assert_eq!(code(&output), 2, "{}", show(&output));
     let output = run(backfill(dir.path()).args([
-        "status", "--from", "2026-01-01", "--to", "2026-01-03", "--json",
+        "status",
+        "--from",
+        "2026-01-01",
+        "--to",
+        "2026-01-03",
+        "--json",
     ]));
     assert_eq!(code(&output), 0, "{}", show(&output));
     let days = json(&output);
@@ -396,11 +429,16 @@ fn status_json_is_the_ledger() {
     assert!(days[2]["entry"].is_null());
 
     // In a pipe, one line per day.
-    let output = run(backfill(dir.path()).args(["status", "--from", "2026-01-01", "--to", "2026-01-03"]));
+    let output =
+        run(backfill(dir.path()).args(["status", "--from", "2026-01-01", "--to", "2026-01-03"]));
     assert_eq!(code(&output), 0);
     let lines = text(&output.stdout);
     assert_eq!(lines.lines().count(), 4, "{lines}");
-    assert!(lines.lines().nth(2).unwrap().starts_with("2026-01-02  failed"));
+    assert!(lines
+        .lines()
+        .nth(2)
+        .unwrap()
+        .starts_with("2026-01-02  failed"));
 }
 
 /// N processes, each with its shard, in parallel against one Postgres,
@@ -412,7 +450,10 @@ async fn shards_in_parallel_converge_to_one_process() {
     };
     let dir = tempfile::tempdir().unwrap();
     let fetch = format!("{} {{day}} --records 50", sample());
-    let (sharded, single) = (backfill_testkit::unique_schema(), backfill_testkit::unique_schema());
+    let (sharded, single) = (
+        backfill_testkit::unique_schema(),
+        backfill_testkit::unique_schema(),
+    );
     let children: Vec<_> = (0..3)
         .map(|i| {
             range(&mut backfill(dir.path()), 1, 20)
@@ -433,8 +474,14 @@ async fn shards_in_parallel_converge_to_one_process() {
     covered.sort();
     let all: Vec<String> = (1..=20).map(|d| jan(d).to_string()).collect();
     assert_eq!(covered, all, "each day exactly once");
-    let output = run(range(&mut backfill(dir.path()), 1, 20)
-        .args(["--store", &url, "--schema", &single, "--fetch-cmd", &fetch]));
+    let output = run(range(&mut backfill(dir.path()), 1, 20).args([
+        "--store",
+        &url,
+        "--schema",
+        &single,
+        "--fetch-cmd",
+        &fetch,
+    ]));
     assert_eq!(code(&output), 0, "{}", show(&output));
 
     let rows = |schema: String| {
@@ -466,28 +513,52 @@ fn a_bad_store_is_exit_1_without_the_password() {
         "mysql://app:hunter2@127.0.0.1/db",
         "backfill.db",
     ] {
-        let output = run(range(&mut backfill(dir.path()), 1, 2)
-            .args(["--store", url, "--fetch-cmd", &fetch]));
+        let output = run(range(&mut backfill(dir.path()), 1, 2).args([
+            "--store",
+            url,
+            "--fetch-cmd",
+            &fetch,
+        ]));
         assert_eq!(code(&output), 1, "{url}: {}", show(&output));
         let all = show(&output);
         assert!(!all.contains("hunter2"), "{all}");
         assert!(text(&output.stderr).starts_with("error: "), "{all}");
     }
-    let output = run(range(&mut backfill(dir.path()), 1, 2)
-        .args(["--store", "postgres://app:hunter2@127.0.0.1:1/db", "--fetch-cmd", &fetch]));
+    let output = run(range(&mut backfill(dir.path()), 1, 2).args([
+        "--store",
+        "postgres://app:hunter2@127.0.0.1:1/db",
+        "--fetch-cmd",
+        &fetch,
+    ]));
     let stderr = text(&output.stderr);
-    assert!(stderr.contains("app:***@127.0.0.1:1/db") && stderr.contains("refused"), "{stderr}");
+    assert!(
+        stderr.contains("app:***@127.0.0.1:1/db") && stderr.contains("refused"),
+        "{stderr}"
+    );
 
     let output = run(backfill(dir.path()).args([
-        "status", "--from", "2026-01-01", "--to", "2026-01-02", "--store", "sqlite://nothing.db",
+        "status",
+        "--from",
+        "2026-01-01",
+        "--to",
+        "2026-01-02",
+        "--store",
+        "sqlite://nothing.db",
     ]));
     assert_eq!(code(&output), 1, "{}", show(&output));
     assert!(text(&output.stderr).contains("no database at nothing.db"));
-    assert!(!dir.path().join("nothing.db").exists(), "status created a database");
+    assert!(
+        !dir.path().join("nothing.db").exists(),
+        "status created a database"
+    );
 
     // A table name that is not a plain lowercase identifier.
-    let output = run(range(&mut backfill(dir.path()), 1, 1)
-        .args(["--table", "x; DROP TABLE y", "--fetch-cmd", &fetch]));
+    let output = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--table",
+        "x; DROP TABLE y",
+        "--fetch-cmd",
+        &fetch,
+    ]));
     assert_eq!(code(&output), 1, "{}", show(&output));
 }
 
@@ -498,10 +569,38 @@ fn usage_errors_exit_1_and_help_has_examples() {
     let dir = tempfile::tempdir().unwrap();
     for args in [
         vec!["backfill", "--from", "2026-01-01", "--fetch-cmd", "true"],
-        vec!["backfill", "--from", "2026-01-05", "--to", "2026-01-01", "--fetch-cmd", "true"],
+        vec![
+            "backfill",
+            "--from",
+            "2026-01-05",
+            "--to",
+            "2026-01-01",
+            "--fetch-cmd",
+            "true",
+        ],
         vec!["backfill", "--from", "2026-01-01", "--to", "2026-01-02"],
-        vec!["backfill", "--from", "2026-01-01", "--to", "2026-01-02", "--fetch-cmd", "a", "--fetch-files", "b"],
-        vec!["backfill", "--from", "2026-01-01", "--to", "2026-01-02", "--fetch-cmd", "a", "--shard", "3/3"],
+        vec![
+            "backfill",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-02",
+            "--fetch-cmd",
+            "a",
+            "--fetch-files",
+            "b",
+        ],
+        vec![
+            "backfill",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-02",
+            "--fetch-cmd",
+            "a",
+            "--shard",
+            "3/3",
+        ],
         vec!["sync", "--tz", "Mars/Olympus", "--fetch-cmd", "true"],
         vec!["frobnicate"],
     ] {
@@ -525,20 +624,30 @@ async fn replace_deletes_what_a_listing_lacks_and_purge_removes_tombstones() {
     let day = |records: u32| format!("{} {{day}} --records {records}", sample());
     let output = run(range(&mut backfill(dir.path()), 1, 1).args(["--fetch-cmd", &day(5)]));
     assert_eq!(code(&output), 0, "{}", show(&output));
-    let output = run(range(&mut backfill(dir.path()), 1, 1)
-        .args(["--fetch-cmd", &day(3), "--mode", "replace", "--json"]));
+    let output = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--fetch-cmd",
+        &day(3),
+        "--mode",
+        "replace",
+        "--json",
+    ]));
     assert_eq!(code(&output), 0, "{}", show(&output));
     assert_eq!(json(&output)["days"][0]["counts"]["unlisted"], 2);
     let store = sqlite(dir.path()).await;
     assert_eq!(store.rows().await.unwrap().len(), 3);
     assert_eq!(store.rows_with_tombstones().await.unwrap().len(), 5);
     // An empty listing is refused unless allowed.
-    let output = run(range(&mut backfill(dir.path()), 1, 1)
-        .args(["--fetch-cmd", "true", "--mode", "replace"]));
+    let output = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--fetch-cmd",
+        "true",
+        "--mode",
+        "replace",
+    ]));
     assert_eq!(code(&output), 2, "{}", show(&output));
     assert_eq!(store.rows().await.unwrap().len(), 3);
 
-    let output = run(backfill(dir.path()).args(["purge-tombstones", "--before", "2100-01-01", "--json"]));
+    let output =
+        run(backfill(dir.path()).args(["purge-tombstones", "--before", "2100-01-01", "--json"]));
     assert_eq!(code(&output), 0, "{}", show(&output));
     assert_eq!(json(&output)["purged"], 2);
     assert_eq!(store.rows_with_tombstones().await.unwrap().len(), 3);
