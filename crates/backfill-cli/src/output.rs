@@ -28,8 +28,9 @@ impl Output {
     /// A progress bar when stderr is a terminal, log lines otherwise;
     /// `json` prints the final report as JSON.
     pub(crate) fn new(json: bool) -> Self {
+        // Drawn from the run's start, once its length is known.
         let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+            let bar = ProgressBar::hidden();
             bar.set_style(
                 ProgressStyle::with_template(
                     "{spinner} [{bar:30}] {pos}/{len} days  {msg}  {elapsed_precise} (ETA {eta})",
@@ -37,7 +38,6 @@ impl Output {
                 .expect("a valid template")
                 .progress_chars("=> "),
             );
-            bar.enable_steady_tick(Duration::from_millis(200));
             bar
         });
         Self {
@@ -65,6 +65,8 @@ impl Output {
             Event::RunStarted { run_id, days } => {
                 if let Some(bar) = &self.bar {
                     bar.set_length(days.len() as u64);
+                    bar.set_draw_target(ProgressDrawTarget::stderr());
+                    bar.enable_steady_tick(Duration::from_millis(200));
                     bar.reset_eta();
                 }
                 let n = days.len();
