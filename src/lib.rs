@@ -35,10 +35,10 @@
 pub use backfill_core::{
     adapter, backfill, sync_day, upsert, upsert_stream, BackfillError, Batch, BoxError, Clock,
     Counts, DayFailure, DayPages, DayReport, DayState, DayStatus, Digest, Error, Event, EventDates,
-    FailedDay, Fetch, Fetched, Field, FixedClock, Job, LedgerEntry, MemoryStore, Mode,
-    NotSelected, ParseShardError, Problem, Record, RecordStream, Refusal, ReplaceGuard, Result,
-    Retry, RunId, RunReport, Select, Shard, Status, StopHandle, Store, SyncStamp, SyncedDay,
-    SystemClock, Transient, WriteOptions, DEFAULT_STREAM_MEMORY, MAX_ERROR_BYTES, MAX_KEY_BYTES,
+    FailedDay, Fetch, Fetched, Field, FixedClock, Job, LedgerEntry, MemoryStore, Mode, NotSelected,
+    ParseShardError, Problem, Record, RecordStream, Refusal, ReplaceGuard, Result, Retry, RunId,
+    RunReport, Select, Shard, Status, StopHandle, Store, SyncStamp, SyncedDay, SystemClock,
+    Transient, WriteOptions, DEFAULT_STREAM_MEMORY, MAX_ERROR_BYTES, MAX_KEY_BYTES,
     MAX_RUN_ID_BYTES, MAX_YEAR, MIN_YEAR,
 };
 

@@ -28,9 +28,10 @@
 //! A batch in [`Mode::Replace`](backfill_core::Mode::Replace) is a
 //! **listing** of its day as of an instant: in the same transaction, the
 //! day's live rows it lacks and that are not newer than that instant become
-//! their own tombstones (one `UPDATE`, the listed keys bound as one array
-//! parameter), after the [`ReplaceGuard`](backfill_core::ReplaceGuard) has
-//! agreed to that many; nothing is physically deleted. The day's **listing
+//! their own tombstones (one `UPDATE` over the day's rows, the listed keys
+//! staged in a temporary table first, see [streamed days](#streamed-days)),
+//! after the [`ReplaceGuard`](backfill_core::ReplaceGuard) has agreed to
+//! that many; nothing is physically deleted. The day's **listing
 //! watermark**, the latest such instant, is then raised (and not written at
 //! all when it is already as high, so a re-applied listing writes nothing).
 //! Every batch's upsert reads the watermark of each record's own day inside
@@ -38,6 +39,62 @@
 //! written as its own tombstone, since a listing at least that recent did
 //! not contain it. `BEGIN IMMEDIATE` takes SQLite's one write lock first,
 //! so no watermark moves while a batch reads it.
+//!
+//! # Streamed days
+//!
+//! A day fetched as a stream of chunks
+//! ([`upsert_stream`](backfill_core::upsert_stream),
+//! [`Fetched::stream`](backfill_core::Fetched::stream)) reaches the store as
+//! [`DayPages`](backfill_core::DayPages): the day's records, validated,
+//! collapsed and in key order, read a page at a time from the job's memory
+//! and temporary files. The store applies it natively
+//! ([`apply_pages`](backfill_core::Store::apply_pages)) with the very write
+//! a batch goes through (a batch is the one-page case), holding a few
+//! pages at a time, so a day of millions of records takes memory for a
+//! few pages, not for the day:
+//!
+//! - **One transaction** for the whole day, `BEGIN IMMEDIATE` as for a
+//!   batch. The watermarks of all the day's `event_date`s (known before
+//!   the first page) are read first; then each page is merged in key
+//!   order exactly as a batch's records are. Keys are unique across the
+//!   day's pages, so each page's counts are exact and the sum is the one
+//!   batch's.
+//! - **A listing** stages each page's keys in a table of the connection's
+//!   `temp` schema (`temp."backfill:listed"`, a temporary file beyond
+//!   SQLite's page cache, emptied after each listing). After the last
+//!   page, one statement counts the day's live rows and those the whole
+//!   listing lacks, the guard is asked with those totals, and one `UPDATE`
+//!   turns the unlisted rows into tombstones, looking each of the day's
+//!   rows up in the staged keys' primary key. A batch's listing is staged
+//!   the same way.
+//! - **The ledger row** is written last, in the same transaction, with the
+//!   day's digest and counts; then the transaction commits. A value over
+//!   the length limit in any page, an error reading a page, the guard's
+//!   refusal, or a call dropped before the write asked it for the ledger
+//!   row rolls all of it back: nothing of the day is written.
+//!
+//! The SQLite work runs on tokio's blocking pool; the pages are read on
+//! the calling task (which `DayPages` may make wait briefly on the local
+//! disk) and handed over through a channel of one page, so reading the
+//! next page overlaps writing this one. This works on a current-thread
+//! runtime as on a multi-thread one (`block_in_place` would not). A page
+//! holds at most [`DEFAULT_PAGE_ROWS`] records and about
+//! [`DEFAULT_PAGE_BYTES`] of keys and values, or what
+//! [`SqliteStoreBuilder::page_rows`] and
+//! [`SqliteStoreBuilder::page_bytes`] set; the page size changes memory
+//! and speed, never the result.
+//!
+//! Memory is then bounded by the pages, the job's stream budget
+//! ([`WriteOptions::stream_memory`](backfill_core::WriteOptions::stream_memory))
+//! and SQLite's page caches (a `temp` cache of 16 MiB among them), not by
+//! the day: with the default budget, a streamed day of 10 000 000 records
+//! of about 125 bytes, merged into a new file and then re-applied as a
+//! listing, peaked at about 95 MiB of resident memory each time, as did
+//! one of 1 000 000 (the same million as one batch: 215 MiB). The day's
+//! writes still pass through the WAL before its checkpoint, and a
+//! listing's keys through the temporary file, so both grow with the day
+//! on disk; an in-memory database (`:memory:`) holds the day's rows in
+//! memory, of course.
 //!
 //! # The day ledger
 //!
@@ -183,18 +240,21 @@
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 
-// Layout: `store.rs` holds `SqliteStore` and the one write (`apply_batch`),
-// `builder.rs` opening, `migrate.rs` creating and upgrading the tables,
+// Layout: `store.rs` holds `SqliteStore`, `write.rs` the one write
+// (`apply_day`, for a batch and a streamed day's pages alike), `pages.rs`
+// how a streamed day's pages reach it, `builder.rs` opening, `migrate.rs` creating and upgrading the tables,
 // `schema.rs` the check of an existing table, `sql.rs` every SQL text,
 // `error.rs` which SQLite errors are worth a retry.
 mod builder;
 mod error;
 mod migrate;
+mod pages;
 mod schema;
 mod sql;
 mod store;
+mod write;
 
-pub use builder::SqliteStoreBuilder;
+pub use builder::{SqliteStoreBuilder, DEFAULT_PAGE_BYTES, DEFAULT_PAGE_ROWS};
 pub use store::SqliteStore;
 
 /// The name this adapter gives itself in errors.

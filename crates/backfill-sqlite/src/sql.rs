@@ -373,6 +373,25 @@ pub(crate) const VERSION: &str =
 /// table's rows.
 pub(crate) const FORGET_DAYS: &str = "DELETE FROM backfill_days WHERE records_table = ?1";
 
+/// Where a listing stages its keys, page by page, for the tombstoning of
+/// the rows it lacks: a table in the connection's own `temp` schema (a
+/// temporary file past SQLite's page cache, so a listing of any size is
+/// held on disk, not in memory), created by the first listing and emptied
+/// by each. The `:` keeps it apart from every records table name (see
+/// [`index_name`]), which an unqualified name in `temp` would shadow.
+pub(crate) const LISTED: &str = r#"temp."backfill:listed""#;
+
+/// Creates [`LISTED`] if this connection has not yet (inside a listing's
+/// transaction: a rollback takes it away again, and the next listing
+/// creates it anew).
+pub(crate) const LISTED_CREATE: &str = r#"CREATE TEMP TABLE IF NOT EXISTS "backfill:listed" (key TEXT NOT NULL PRIMARY KEY) WITHOUT ROWID"#;
+
+/// Empties [`LISTED`], before and after each listing.
+pub(crate) const LISTED_CLEAR: &str = r#"DELETE FROM temp."backfill:listed""#;
+
+/// Stages one listed key `?1` in [`LISTED`].
+pub(crate) const LISTED_ADD: &str = r#"INSERT INTO temp."backfill:listed" (key) VALUES (?1)"#;
+
 /// The statements a store runs, built once from the validated table name.
 #[derive(Debug)]
 pub(crate) struct Statements {
@@ -397,7 +416,8 @@ pub(crate) struct Statements {
     pub(crate) update_older: String,
     /// The listing watermark of day `?1`, if any.
     pub(crate) watermark: String,
-    /// A listing's day: `(live rows, live rows it would tombstone)`.
+    /// A listing's day: `(live rows, live rows it would tombstone)`, the
+    /// listed keys being those in [`LISTED`].
     pub(crate) count_unlisted: String,
     /// A listing's day: its unlisted live rows become their own tombstones.
     pub(crate) tombstone_unlisted: String,
@@ -455,17 +475,17 @@ WHERE key = ?1 AND (?4, ?5, ?3, ?2) > (updated_at, deleted, value, event_date)"#
             watermark: format!(
                 "SELECT listing_watermark FROM {DAYS} WHERE records_table = '{table}' AND day = ?1"
             ),
-            // ?1 the day, ?2 the listed keys (an array bound to one
-            // parameter: SQLite's carray), ?3 as_of.
+            // ?1 the day, ?2 as_of; the listed keys are staged in
+            // LISTED, whose primary key answers each NOT IN.
             count_unlisted: format!(
-                r#"SELECT count(*), count(*) FILTER (WHERE updated_at <= ?3 AND key NOT IN rarray(?2))
+                r#"SELECT count(*), count(*) FILTER (WHERE updated_at <= ?2 AND key NOT IN {LISTED})
 FROM "{table}" WHERE event_date = ?1 AND deleted = 0"#
             ),
             // Same key, event_date and updated_at: the tombstone beats
             // exactly that version and every older one.
             tombstone_unlisted: format!(
                 r#"UPDATE "{table}" SET deleted = 1, value = ''
-WHERE event_date = ?1 AND deleted = 0 AND updated_at <= ?3 AND key NOT IN rarray(?2)"#
+WHERE event_date = ?1 AND deleted = 0 AND updated_at <= ?2 AND key NOT IN {LISTED}"#
             ),
             // ?1 day, ?2 synced_at, ?3 run_id, ?4 mode, ?5 as_of (NULL in
             // merge mode; also the watermark a listing raises the day's
@@ -664,6 +684,34 @@ mod tests {
             assert!(row(column, good.clone()), "{column} = {good:?}");
             assert!(row(column, Null), "{column} = NULL");
             assert!(!row(column, bad.clone()), "{column} = {bad:?}");
+        }
+    }
+
+    /// A listing of millions of keys stays one pass over its day: the
+    /// day's rows by the `event_date` index, each key looked up in the
+    /// staged keys' primary key (not a scan of them, nor a copy).
+    #[test]
+    fn unlisted_rows_are_found_by_index() {
+        let conn = table();
+        conn.execute(LISTED_CREATE, []).unwrap();
+        let sql = Statements::new("t");
+        for statement in [&sql.count_unlisted, &sql.tombstone_unlisted] {
+            let mut plan = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {statement}"))
+                .unwrap();
+            let plan: Vec<String> = plan
+                .query_map(["2026-01-01", "2026-01-01T00:00:00.000000Z"], |r| r.get(3))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            assert_eq!(
+                plan,
+                [
+                    "SEARCH t USING INDEX t:event_date (event_date=?)",
+                    "USING INDEX sqlite_autoindex_backfill:listed_1 FOR IN-OPERATOR",
+                ],
+                "{statement}"
+            );
         }
     }
 

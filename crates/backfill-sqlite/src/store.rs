@@ -1,25 +1,26 @@
-//! [`SqliteStore`] and its [`Store`] impl; [`apply_batch`] is the one write.
+//! [`SqliteStore`] and its [`Store`] impl; the one write is
+//! [`apply_day`](crate::write::apply_day), for a batch and for a streamed
+//! day's pages alike.
 
-use std::cmp::Ordering;
-use std::collections::HashMap;
 use std::fmt;
 use std::ops::RangeInclusive;
 use std::path::Path;
-use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use backfill_core::{
-    Batch, Counts, DayFailure, Digest, Error, Field, LedgerEntry, Mode, Problem, Record, Result,
-    RunId, Store, SyncedDay, MAX_KEY_BYTES,
+    Batch, Counts, DayFailure, DayPages, Digest, Error, LedgerEntry, Mode, Record, Result, RunId,
+    Store, SyncedDay, MAX_KEY_BYTES,
 };
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
-use rusqlite::types::Value;
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension};
+use tokio::task::JoinHandle;
 
-use crate::builder::{Opened, SqliteStoreBuilder};
+use crate::builder::{Opened, PageSize, SqliteStoreBuilder};
 use crate::error::backend;
 use crate::sql::Statements;
+use crate::write::{apply_day, DaySource, OnePage};
 use crate::{BACKEND, DATE_FORMAT, INSTANT_FORMAT};
 
 /// Room a row needs besides its value, within SQLite's length limit (which
@@ -47,6 +48,10 @@ struct Inner {
     read_only: bool,
     max_value_bytes: usize,
     changes_at_open: u64,
+    /// Rows a listing staged in `temp` and cleared again: counted by
+    /// SQLite's `total_changes()`, but no row of the store's.
+    staged: AtomicU64,
+    pages: PageSize,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -60,7 +65,7 @@ impl fmt::Debug for SqliteStore {
 }
 
 impl SqliteStore {
-    pub(crate) fn new(opened: Opened, table: String, location: String) -> Self {
+    pub(crate) fn new(opened: Opened, table: String, location: String, pages: PageSize) -> Self {
         Self {
             inner: Arc::new(Inner {
                 conn: Mutex::new(opened.conn),
@@ -70,6 +75,8 @@ impl SqliteStore {
                 read_only: opened.read_only,
                 max_value_bytes: opened.length_limit.saturating_sub(ROW_OVERHEAD),
                 changes_at_open: opened.changes_at_open,
+                staged: AtomicU64::new(0),
+                pages,
             }),
         }
     }
@@ -117,28 +124,34 @@ impl SqliteStore {
 
     /// The longest value, in bytes, this store takes: SQLite's length limit
     /// on the connection, less room for the rest of the row. A record with
-    /// a longer value is refused as
-    /// [`Error::InvalidRecord`] with [`Problem::TooLong`], before anything
-    /// of its batch is written.
+    /// a longer value is refused as [`Error::InvalidRecord`] with
+    /// [`Problem::TooLong`](backfill_core::Problem::TooLong), before any
+    /// of its page is written, and nothing of its day is (a batch is one
+    /// page; a streamed day's earlier pages roll back with it).
     pub fn max_value_bytes(&self) -> usize {
         self.inner.max_value_bytes
     }
 
     /// Rows inserted, updated or deleted through this store's connection
     /// since it was opened (SQLite's `total_changes()`, less what opening
-    /// itself wrote), in the records table and in the metadata tables
-    /// alike. Identical and stale records, and the rows a listing leaves
-    /// as they are, do not count; every applied batch counts exactly one
-    /// more, its day's ledger row (its watermark raise included), and
-    /// every recorded failure one. A re-run of a day adds exactly 1.
+    /// itself wrote and the keys a listing stages in a temporary table),
+    /// in the records table and in the metadata tables alike. Identical
+    /// and stale records, and the rows a listing leaves as they are, do
+    /// not count; every applied batch counts exactly one more, its day's
+    /// ledger row (its watermark raise included), and every recorded
+    /// failure one. A re-run of a day adds exactly 1.
     ///
     /// # Errors
     ///
     /// [`Error::Backend`] if the connection is unusable.
     pub async fn total_changes(&self) -> Result<u64> {
-        let at_open = self.inner.changes_at_open;
-        self.with_conn(move |conn, _| Ok(conn.total_changes().saturating_sub(at_open)))
-            .await
+        let inner = Arc::clone(&self.inner);
+        self.with_conn(move |conn, _| {
+            // Read under the connection's lock: no apply is staging now.
+            let not_ours = inner.changes_at_open + inner.staged.load(Ordering::Relaxed);
+            Ok(conn.total_changes().saturating_sub(not_ours))
+        })
+        .await
     }
 
     /// Runs `f` with the connection on the blocking pool.
@@ -147,8 +160,18 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&mut Connection, &Statements) -> Result<T> + Send + 'static,
     {
+        joined(self.spawn_with_conn(f)).await?
+    }
+
+    /// Starts `f` with the connection on the blocking pool at once, for
+    /// [`joined`] to await.
+    fn spawn_with_conn<T, F>(&self, f: F) -> JoinHandle<Result<T>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection, &Statements) -> Result<T> + Send + 'static,
+    {
         let inner = Arc::clone(&self.inner);
-        spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             // A panic while holding the lock happened outside a committed
             // transaction (rusqlite rolls back on drop), so the connection is
             // still sound.
@@ -158,7 +181,14 @@ impl SqliteStore {
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             f(&mut conn, &inner.sql)
         })
-        .await?
+    }
+
+    /// Applies a day, as one batch or as pages, with the one write.
+    fn write_day(&self, mut day: Box<dyn DaySource + Send>) -> JoinHandle<Result<Counts>> {
+        let inner = Arc::clone(&self.inner);
+        self.spawn_with_conn(move |conn, sql| {
+            apply_day(conn, sql, inner.max_value_bytes, &inner.staged, &mut *day)
+        })
     }
 
     /// A non-retryable error if the store was opened read-only.
@@ -174,25 +204,6 @@ impl SqliteStore {
             ));
         }
         Ok(())
-    }
-
-    /// What must hold before a batch reaches SQLite: checks that cost
-    /// nothing here and would otherwise surface as SQLite's own opaque
-    /// errors, or as a write to a read-only file.
-    fn admit(&self, batch: &Batch) -> Result<()> {
-        self.writable()?;
-        let max = self.inner.max_value_bytes;
-        match batch.records().iter().find(|r| r.value().len() > max) {
-            Some(record) => Err(Error::InvalidRecord {
-                key: record.key().to_owned(),
-                field: Field::Value,
-                problem: Problem::TooLong {
-                    len: record.value().len(),
-                    max,
-                },
-            }),
-            None => Ok(()),
-        }
     }
 }
 
@@ -227,12 +238,17 @@ impl Store for SqliteStore {
     }
 
     async fn apply(&self, batch: &Batch) -> Result<Counts> {
-        self.admit(batch)?;
+        self.writable()?;
         // A cheap clone (the records are shared) for the blocking pool; they
-        // are already validated, collapsed and sorted by key.
-        let batch = batch.clone();
-        self.with_conn(move |conn, sql| apply_batch(conn, sql, &batch))
-            .await
+        // are already validated, collapsed and sorted by key: one page.
+        joined(self.write_day(Box::new(OnePage::new(batch.clone())))).await?
+    }
+
+    /// Natively: one transaction across every page, holding a few pages at
+    /// a time (see the [crate docs](crate#streamed-days)).
+    async fn apply_pages(&self, pages: &mut DayPages) -> Result<Counts> {
+        self.writable()?;
+        crate::pages::apply_pages(pages, self.inner.pages, |day| self.write_day(day)).await
     }
 
     async fn ledger(&self, days: RangeInclusive<NaiveDate>) -> Result<Vec<LedgerEntry>> {
@@ -280,182 +296,6 @@ impl Store for SqliteStore {
             Ok(purged as u64)
         })
         .await
-    }
-}
-
-/// The write: one IMMEDIATE transaction (the write lock is taken up front,
-/// so two writers never deadlock upgrading a read lock, and no watermark
-/// can move under the batch: SQLite has one writer at a time), rows in key
-/// order.
-///
-/// 1. The watermark of each of the batch's days is read once (under the
-///    write lock it cannot move; a subquery in every write cost 3× the
-///    whole write). Each record is first offered to
-///    [`Statements::insert_absent`]: an absent key is inserted — as itself,
-///    or as its own tombstone under the watermark rule — in one statement,
-///    as fast as a bulk load. A stored key's version is read to count what
-///    happens; a newer record goes to [`Statements::update_older`], whose
-///    own WHERE compares the versions again, and the two must agree.
-///    Identical and older records are not written.
-/// 2. A listing: the day's live rows are counted, the guard asked
-///    ([`Batch::check_replace`]), and the unlisted ones turned into their
-///    own tombstones in one statement.
-/// 3. Last, the day's ledger row ([`Batch::synced`]): one upsert that
-///    records the success, clears the failure and raises a listing's
-///    watermark (only if higher). Last, so that of two concurrent batches
-///    of a day the row ends as the last committer wrote it.
-fn apply_batch(conn: &mut Connection, sql: &Statements, batch: &Batch) -> Result<Counts> {
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(backend)?;
-    let mut counts = Counts::default();
-    {
-        // Each day's watermark as it is before this batch (the batch raises
-        // its own day's last), read once per day under the write lock.
-        let mut watermarks: HashMap<NaiveDate, Option<String>> = HashMap::new();
-        let mut watermark = tx.prepare_cached(&sql.watermark).map_err(backend)?;
-        for day in batch.days() {
-            let mark: Option<Option<String>> = watermark
-                .query_row([format_date(day)], |row| row.get(0))
-                .optional()
-                .map_err(backend)?;
-            watermarks.insert(day, mark.flatten());
-        }
-        let mut insert = tx.prepare_cached(&sql.insert_absent).map_err(backend)?;
-        let mut stored = tx.prepare_cached(&sql.get_version).map_err(backend)?;
-        let mut update = tx.prepare_cached(&sql.update_older).map_err(backend)?;
-        for record in batch.records() {
-            let date = format_date(record.event_date());
-            let instant = format_instant(record.updated_at());
-            let deleted = i64::from(record.is_deleted());
-            let mark = watermarks
-                .get(&record.event_date())
-                .and_then(Option::as_deref);
-            let values = params![record.key(), date, record.value(), instant, deleted, mark];
-            // What the statements' CASE makes of the record when they write
-            // it (the same comparison, on the same text, for counting only).
-            let tombstone = deleted == 1 || mark.is_some_and(|m| instant.as_str() <= m);
-            // An absent key: one plain insert, as fast as a bulk load.
-            if insert.execute(values).map_err(backend)? == 1 {
-                if tombstone {
-                    counts.deleted += 1;
-                } else {
-                    counts.inserted += 1;
-                }
-                continue;
-            }
-            // A stored key: its version is read to count what happens, and
-            // only a newer record goes to the update, whose own WHERE
-            // compares the versions again; the two must agree.
-            let (s_instant, s_deleted, s_value, s_date): (String, i64, String, String) = stored
-                .query_row([record.key()], |row| {
-                    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-                })
-                .map_err(backend)?;
-            let incoming = (instant.as_str(), deleted, record.value(), date.as_str());
-            let stored_version = (
-                s_instant.as_str(),
-                s_deleted,
-                s_value.as_str(),
-                s_date.as_str(),
-            );
-            match incoming.cmp(&stored_version) {
-                Ordering::Equal => counts.unchanged += 1,
-                Ordering::Less => counts.stale += 1,
-                Ordering::Greater => {
-                    if update.execute(values).map_err(backend)? != 1 {
-                        return Err(Error::backend(
-                            BACKEND,
-                            false,
-                            format!(
-                                "version order disagreement on key {:?}: SQLite did not \
-                                 write a newer version; is the table's collation BINARY?",
-                                record.key()
-                            ),
-                        ));
-                    }
-                    match (tombstone, s_deleted == 0) {
-                        (true, _) => counts.deleted += 1,
-                        (false, true) => counts.updated += 1,
-                        (false, false) => counts.inserted += 1,
-                    }
-                }
-            }
-        }
-    }
-    if let Some(as_of) = batch.as_of() {
-        let day = format_date(batch.day());
-        let as_of = format_instant(as_of);
-        let keys: Vec<Value> = batch
-            .records()
-            .iter()
-            .map(|r| Value::Text(r.key().to_owned()))
-            .collect();
-        let keys = Rc::new(keys);
-        // The day's live rows as the merge above left them, and how many
-        // of them the listing lacks.
-        let (live, would_delete): (i64, i64) = tx
-            .prepare_cached(&sql.count_unlisted)
-            .and_then(|mut stmt| {
-                stmt.query_row(params![day, Rc::clone(&keys), as_of], |row| {
-                    Ok((row.get(0)?, row.get(1)?))
-                })
-            })
-            .map_err(backend)?;
-        let (live, would_delete) = (live as u64, would_delete as u64);
-        // On a refusal the transaction rolls back when dropped.
-        batch.check_replace(would_delete, live)?;
-        let tombstoned = tx
-            .prepare_cached(&sql.tombstone_unlisted)
-            .and_then(|mut stmt| stmt.execute(params![day, keys, as_of]))
-            .map_err(backend)? as u64;
-        if tombstoned != would_delete {
-            return Err(Error::backend(
-                BACKEND,
-                false,
-                format!(
-                    "replace of {day}: counted {would_delete} rows to delete, \
-                     SQLite turned {tombstoned} into tombstones"
-                ),
-            ));
-        }
-        counts.deleted += tombstoned;
-        counts.unlisted = tombstoned;
-    }
-    let synced = batch.synced(counts);
-    let c = synced.counts;
-    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    tx.prepare_cached(&sql.ledger_write)
-        .and_then(|mut stmt| {
-            stmt.execute(params![
-                format_date(batch.day()),
-                format_instant(synced.at),
-                synced.run_id.as_ref().map(RunId::as_str),
-                mode_text(synced.mode)?,
-                synced.as_of.map(format_instant),
-                synced.digest.to_string(),
-                count(c.inserted),
-                count(c.updated),
-                count(c.unchanged),
-                count(c.stale),
-                count(c.deleted),
-                count(c.unlisted),
-                count(c.collapsed),
-            ])
-        })
-        .map_err(backend)?;
-    tx.commit().map_err(backend)?;
-    Ok(counts)
-}
-
-/// How the ledger's `mode` column spells a mode.
-fn mode_text(mode: Mode) -> rusqlite::Result<&'static str> {
-    match mode {
-        Mode::Merge => Ok("merge"),
-        Mode::Replace => Ok("replace"),
-        other => Err(rusqlite::Error::ToSqlConversionFailure(
-            format!("no ledger spelling for mode {other:?}").into(),
-        )),
     }
 }
 
@@ -609,11 +449,11 @@ fn into_record((key, date, value, instant, deleted): RawRow) -> Result<Record> {
     }
 }
 
-fn format_date(day: NaiveDate) -> String {
+pub(crate) fn format_date(day: NaiveDate) -> String {
     day.format(DATE_FORMAT).to_string()
 }
 
-fn format_instant(at: DateTime<Utc>) -> String {
+pub(crate) fn format_instant(at: DateTime<Utc>) -> String {
     at.format(INSTANT_FORMAT).to_string()
 }
 
@@ -630,7 +470,13 @@ where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
+    joined(tokio::task::spawn_blocking(f)).await
+}
+
+/// Waits for blocking work started on tokio's blocking pool; a panic in it
+/// is resumed here.
+pub(crate) async fn joined<T>(work: JoinHandle<T>) -> Result<T> {
+    work.await.map_err(|e| {
         if e.is_panic() {
             std::panic::resume_unwind(e.into_panic())
         }

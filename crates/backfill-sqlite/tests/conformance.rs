@@ -1,4 +1,5 @@
-//! The shared conformance suite, against an in-memory database and a file.
+//! The shared conformance suite, against an in-memory database, a file,
+//! and a store that writes a streamed day two records at a time.
 
 use backfill_sqlite::SqliteStore;
 
@@ -18,5 +19,18 @@ mod on_file {
             .await
             .unwrap();
         (store, dir)
+    });
+}
+
+mod in_pages_of_two {
+    use super::*;
+
+    // Every streamed day of the suite spans many pages.
+    backfill_core::conformance_tests!(async {
+        SqliteStore::builder_in_memory()
+            .page_rows(2)
+            .open()
+            .await
+            .unwrap()
     });
 }

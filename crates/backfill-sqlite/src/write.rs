@@ -1,0 +1,356 @@
+//! The one write, [`apply_day`]: a day's records, as one batch or as a
+//! streamed day's pages, in one `BEGIN IMMEDIATE` transaction.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+
+use backfill_core::{Batch, Counts, Error, Field, Mode, Problem, Record, Result, RunId, SyncedDay};
+use chrono::{DateTime, NaiveDate, Utc};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use crate::error::backend;
+use crate::sql::{Statements, LISTED_ADD, LISTED_CLEAR, LISTED_CREATE};
+use crate::store::{format_date, format_instant};
+use crate::BACKEND;
+
+/// A day as [`apply_day`] reads it: its records in pages, in key order
+/// with unique keys across the whole day, and the answers that only the
+/// day itself holds (the guard's, and its ledger row). A [`Batch`] is the
+/// one-page case ([`OnePage`]); a streamed day's pages come from the task
+/// that reads them (`pages.rs`).
+pub(crate) trait DaySource {
+    /// The day being synced.
+    fn day(&self) -> NaiveDate;
+
+    /// A listing's `as_of`; `None` in merge mode.
+    fn as_of(&self) -> Option<DateTime<Utc>>;
+
+    /// Every record's `event_date`, in order, without duplicates: known
+    /// before the first page.
+    fn days(&self) -> Vec<NaiveDate>;
+
+    /// The next page; `None` after the last.
+    fn next_page(&mut self) -> Result<Option<Cow<'_, [Record]>>>;
+
+    /// Whether a listing may turn `would_delete` of the day's `live` rows
+    /// into tombstones ([`Batch::check_replace`]).
+    fn check_replace(&mut self, would_delete: u64, live: u64) -> Result<()>;
+
+    /// The day's ledger row, given what the apply did ([`Batch::synced`]);
+    /// asked after the last page.
+    fn synced(&mut self, counts: Counts) -> Result<SyncedDay>;
+}
+
+/// A batch: its records are the day's only page.
+pub(crate) struct OnePage {
+    batch: Batch,
+    read: bool,
+}
+
+impl OnePage {
+    pub(crate) fn new(batch: Batch) -> Self {
+        Self { batch, read: false }
+    }
+}
+
+impl DaySource for OnePage {
+    fn day(&self) -> NaiveDate {
+        self.batch.day()
+    }
+
+    fn as_of(&self) -> Option<DateTime<Utc>> {
+        self.batch.as_of()
+    }
+
+    fn days(&self) -> Vec<NaiveDate> {
+        self.batch.days()
+    }
+
+    fn next_page(&mut self) -> Result<Option<Cow<'_, [Record]>>> {
+        if std::mem::replace(&mut self.read, true) || self.batch.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Cow::Borrowed(self.batch.records())))
+    }
+
+    fn check_replace(&mut self, would_delete: u64, live: u64) -> Result<()> {
+        self.batch.check_replace(would_delete, live)
+    }
+
+    fn synced(&mut self, counts: Counts) -> Result<SyncedDay> {
+        Ok(self.batch.synced(counts))
+    }
+}
+
+/// The write: one IMMEDIATE transaction (the write lock is taken up front,
+/// so two writers never deadlock upgrading a read lock, and no watermark
+/// can move under the day: SQLite has one writer at a time), rows in key
+/// order, one page at a time.
+///
+/// 1. The watermark of each of the day's `event_date`s is read once (under
+///    the write lock it cannot move; a subquery in every write cost 3× the
+///    whole write).
+/// 2. Each page ([`merge_page`]): its values are checked against the
+///    length limit, then each record is merged and counted. A listing
+///    also stages the page's keys in [`LISTED`](crate::sql::LISTED).
+///    Keys are unique across the day's pages, so a page's counts are exact
+///    on their own and no page changes what another finds.
+/// 3. A listing ([`tombstone_unlisted`]): the day's live rows, as every
+///    page left them, are counted with those the whole listing lacks, the
+///    guard asked, and the unlisted ones turned into their own tombstones
+///    in one statement.
+/// 4. Last, the day's ledger row ([`DaySource::synced`]): one upsert that
+///    records the success, clears the failure and raises a listing's
+///    watermark (only if higher). Last, so that of two concurrent applies
+///    of a day the row ends as the last committer wrote it.
+///
+/// Any error, the guard's refusal included, drops the transaction
+/// uncommitted: rusqlite rolls it back, and nothing of the day is written.
+///
+/// `staged` adds up the rows a listing's staging inserted and deleted (in
+/// `temp`, committed or not), which SQLite's `total_changes()` counts and
+/// [`SqliteStore::total_changes`](crate::SqliteStore::total_changes) does
+/// not.
+pub(crate) fn apply_day(
+    conn: &mut Connection,
+    sql: &Statements,
+    max_value_bytes: usize,
+    staged: &AtomicU64,
+    source: &mut dyn DaySource,
+) -> Result<Counts> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(backend)?;
+    let watermarks = read_watermarks(&tx, sql, source.days())?;
+    let listing = source.as_of();
+    let clear_listed = || -> Result<()> {
+        let cleared = tx.execute(LISTED_CLEAR, []).map_err(backend)?;
+        staged.fetch_add(cleared as u64, Relaxed);
+        Ok(())
+    };
+    if listing.is_some() {
+        tx.execute(LISTED_CREATE, []).map_err(backend)?;
+        clear_listed()?;
+    }
+    let mut counts = Counts::default();
+    while let Some(page) = source.next_page()? {
+        admit(&page, max_value_bytes)?;
+        merge_page(&tx, sql, &watermarks, &page, &mut counts)?;
+        if listing.is_some() {
+            let mut stage = tx.prepare_cached(LISTED_ADD).map_err(backend)?;
+            for record in page.iter() {
+                let added = stage.execute([record.key()]).map_err(backend)?;
+                staged.fetch_add(added as u64, Relaxed);
+            }
+        }
+    }
+    if let Some(as_of) = listing {
+        let unlisted = tombstone_unlisted(&tx, sql, source, as_of)?;
+        counts.deleted += unlisted;
+        counts.unlisted = unlisted;
+        clear_listed()?;
+    }
+    let synced = source.synced(counts)?;
+    write_ledger(&tx, sql, source.day(), &synced)?;
+    tx.commit().map_err(backend)?;
+    Ok(counts)
+}
+
+/// The listing watermark of each day, as it is before this apply (which
+/// raises its own day's last), read once per day under the write lock.
+fn read_watermarks(
+    conn: &Connection,
+    sql: &Statements,
+    days: Vec<NaiveDate>,
+) -> Result<HashMap<NaiveDate, Option<String>>> {
+    let mut watermark = conn.prepare_cached(&sql.watermark).map_err(backend)?;
+    let mut watermarks = HashMap::with_capacity(days.len());
+    for day in days {
+        let mark: Option<Option<String>> = watermark
+            .query_row([format_date(day)], |row| row.get(0))
+            .optional()
+            .map_err(backend)?;
+        watermarks.insert(day, mark.flatten());
+    }
+    Ok(watermarks)
+}
+
+/// A value SQLite would refuse (its length limit bounds the whole row) is
+/// an invalid record, named, before anything of its page is written;
+/// checked here and not by SQLite, whose error would be opaque.
+fn admit(records: &[Record], max_value_bytes: usize) -> Result<()> {
+    match records.iter().find(|r| r.value().len() > max_value_bytes) {
+        Some(record) => Err(Error::InvalidRecord {
+            key: record.key().to_owned(),
+            field: Field::Value,
+            problem: Problem::TooLong {
+                len: record.value().len(),
+                max: max_value_bytes,
+            },
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Merges one page's records, in key order, and counts what happens to
+/// each. Each record is first offered to [`Statements::insert_absent`]: an
+/// absent key is inserted — as itself, or as its own tombstone under the
+/// watermark rule — in one statement, as fast as a bulk load. A stored
+/// key's version is read to count what happens; a newer record goes to
+/// [`Statements::update_older`], whose own WHERE compares the versions
+/// again, and the two must agree. Identical and older records are not
+/// written.
+fn merge_page(
+    conn: &Connection,
+    sql: &Statements,
+    watermarks: &HashMap<NaiveDate, Option<String>>,
+    records: &[Record],
+    counts: &mut Counts,
+) -> Result<()> {
+    let mut insert = conn.prepare_cached(&sql.insert_absent).map_err(backend)?;
+    let mut stored = conn.prepare_cached(&sql.get_version).map_err(backend)?;
+    let mut update = conn.prepare_cached(&sql.update_older).map_err(backend)?;
+    for record in records {
+        let date = format_date(record.event_date());
+        let instant = format_instant(record.updated_at());
+        let deleted = i64::from(record.is_deleted());
+        let mark = watermarks
+            .get(&record.event_date())
+            .and_then(Option::as_deref);
+        let values = params![record.key(), date, record.value(), instant, deleted, mark];
+        // What the statements' CASE makes of the record when they write it
+        // (the same comparison, on the same text, for counting only).
+        let tombstone = deleted == 1 || mark.is_some_and(|m| instant.as_str() <= m);
+        // An absent key: one plain insert, as fast as a bulk load.
+        if insert.execute(values).map_err(backend)? == 1 {
+            if tombstone {
+                counts.deleted += 1;
+            } else {
+                counts.inserted += 1;
+            }
+            continue;
+        }
+        // A stored key: its version is read to count what happens, and
+        // only a newer record goes to the update, whose own WHERE compares
+        // the versions again; the two must agree.
+        let (s_instant, s_deleted, s_value, s_date): (String, i64, String, String) = stored
+            .query_row([record.key()], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            })
+            .map_err(backend)?;
+        let incoming = (instant.as_str(), deleted, record.value(), date.as_str());
+        let stored_version = (
+            s_instant.as_str(),
+            s_deleted,
+            s_value.as_str(),
+            s_date.as_str(),
+        );
+        match incoming.cmp(&stored_version) {
+            Ordering::Equal => counts.unchanged += 1,
+            Ordering::Less => counts.stale += 1,
+            Ordering::Greater => {
+                if update.execute(values).map_err(backend)? != 1 {
+                    return Err(Error::backend(
+                        BACKEND,
+                        false,
+                        format!(
+                            "version order disagreement on key {:?}: SQLite did not \
+                             write a newer version; is the table's collation BINARY?",
+                            record.key()
+                        ),
+                    ));
+                }
+                match (tombstone, s_deleted == 0) {
+                    (true, _) => counts.deleted += 1,
+                    (false, true) => counts.updated += 1,
+                    (false, false) => counts.inserted += 1,
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A listing, after every page was merged and its keys staged: the day's
+/// live rows as the merge left them, and how many of them the listing
+/// lacks, go to the guard; then the unlisted ones become their own
+/// tombstones. Returns how many.
+fn tombstone_unlisted(
+    conn: &Connection,
+    sql: &Statements,
+    source: &mut dyn DaySource,
+    as_of: DateTime<Utc>,
+) -> Result<u64> {
+    let day = format_date(source.day());
+    let as_of = format_instant(as_of);
+    let (live, would_delete): (i64, i64) = conn
+        .prepare_cached(&sql.count_unlisted)
+        .and_then(|mut stmt| {
+            stmt.query_row(params![day, as_of], |row| Ok((row.get(0)?, row.get(1)?)))
+        })
+        .map_err(backend)?;
+    let (live, would_delete) = (live as u64, would_delete as u64);
+    // On a refusal the caller's transaction rolls back when dropped.
+    source.check_replace(would_delete, live)?;
+    let tombstoned = conn
+        .prepare_cached(&sql.tombstone_unlisted)
+        .and_then(|mut stmt| stmt.execute(params![day, as_of]))
+        .map_err(backend)? as u64;
+    if tombstoned != would_delete {
+        return Err(Error::backend(
+            BACKEND,
+            false,
+            format!(
+                "replace of {day}: counted {would_delete} rows to delete, \
+                 SQLite turned {tombstoned} into tombstones"
+            ),
+        ));
+    }
+    Ok(tombstoned)
+}
+
+/// The day's ledger row: its success, its failure cleared, a listing's
+/// watermark raised.
+fn write_ledger(
+    conn: &Connection,
+    sql: &Statements,
+    day: NaiveDate,
+    synced: &SyncedDay,
+) -> Result<()> {
+    let c = synced.counts;
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    conn.prepare_cached(&sql.ledger_write)
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                format_date(day),
+                format_instant(synced.at),
+                synced.run_id.as_ref().map(RunId::as_str),
+                mode_text(synced.mode)?,
+                synced.as_of.map(format_instant),
+                synced.digest.to_string(),
+                count(c.inserted),
+                count(c.updated),
+                count(c.unchanged),
+                count(c.stale),
+                count(c.deleted),
+                count(c.unlisted),
+                count(c.collapsed),
+            ])
+        })
+        .map_err(backend)?;
+    Ok(())
+}
+
+/// How the ledger's `mode` column spells a mode.
+fn mode_text(mode: Mode) -> rusqlite::Result<&'static str> {
+    match mode {
+        Mode::Merge => Ok("merge"),
+        Mode::Replace => Ok("replace"),
+        other => Err(rusqlite::Error::ToSqlConversionFailure(
+            format!("no ledger spelling for mode {other:?}").into(),
+        )),
+    }
+}
