@@ -129,6 +129,30 @@ impl Target {
         }
     }
 
+    /// The floor with `streams` writers: for Postgres, `rows` cut into
+    /// `streams` consecutive shares (whole days, when `rows` is in day
+    /// order and its days divide evenly), each sent by its own binary
+    /// `COPY` on its own connection, all at once — what a job with that
+    /// many days in flight is measured against, so that a ratio never
+    /// compares several connections with one. The other engines have one
+    /// writer: one stream.
+    pub(crate) async fn bulk_load_streams(
+        &self,
+        rows: &[Record],
+        streams: usize,
+    ) -> Result<(), String> {
+        let Target::Postgres(store) = self else {
+            return self.bulk_load(rows).await;
+        };
+        let streams = streams.max(1);
+        let share = rows.len().div_ceil(streams).max(1);
+        let copies = rows.chunks(share).map(|part| pg_copy(store, part));
+        for result in futures_util::future::join_all(copies).await {
+            result.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
     /// The floor: writes `rows` into this (empty) table the fastest plain
     /// way its engine offers — no conflict handling, no counting.
     pub(crate) async fn bulk_load(&self, rows: &[Record]) -> Result<(), String> {

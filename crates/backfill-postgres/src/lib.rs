@@ -5,7 +5,7 @@
 //!
 //! Each day's batch is one transaction. Records travel as arrays (one
 //! statement per chunk of rows, through `UNNEST`, never a round trip per
-//! row), and the transaction:
+//! row) or as one binary `COPY` per chunk, and the transaction:
 //!
 //! 1. takes a transaction-scoped advisory lock per day whose listing
 //!    watermark it reads or raises, in date order: shared for the days of
@@ -13,16 +13,28 @@
 //!    listing and a batch writing live rows of its day serialize, and no
 //!    two batches wait for each other crosswise). Advisory locks write
 //!    nothing to the records table;
-//! 2. merges each chunk in one statement that joins it against the table
-//!    and against the day's watermark in `backfill_days`, classifies each
-//!    record by its own version against the stored one (unchanged and older
-//!    rows are not even locked: a re-run writes no row version of the
-//!    records table), and writes the rest with `INSERT … ON CONFLICT (key)
-//!    DO UPDATE`, in key order, so concurrent writers never deadlock. A live record at or
-//!    before the watermark of its `event_date` is written as its own
-//!    tombstone. A row another writer committed after the statement's
-//!    snapshot is never overwritten blindly: it is merged again, judged by
-//!    the version order like any other;
+//! 2. writes the records chunk by chunk, in key order. A chunk whose key
+//!    range holds no stored row (one index descent shows it: a day's first
+//!    sync, a backfill of days the table does not hold yet), in a batch
+//!    whose days have no listing watermark, is copied in with binary
+//!    `COPY`: the speed of a bulk load, where `INSERT … ON CONFLICT` pays a
+//!    speculative insertion per row. Such a chunk has no stored version to
+//!    compare with, and the primary key refuses any key another writer
+//!    inserted after the check: on that `unique_violation` the apply rolls
+//!    back to a savepoint taken after its day locks (one per apply, never
+//!    one per chunk) and merges every chunk instead, so the counts stay
+//!    exact. Every other chunk is merged in one statement that joins it
+//!    against the table and against the day's watermark in
+//!    `backfill_days`, classifies each record by its own version against
+//!    the stored one (unchanged and older rows are not even locked: a
+//!    re-run writes no row version of the records table), and writes the
+//!    rest with `INSERT … ON CONFLICT (key) DO UPDATE`, in key order. COPY
+//!    and merge alike take their locks in key order, chunk after chunk, so
+//!    concurrent writers never deadlock. A live record at or before the
+//!    watermark of its `event_date` is written as its own tombstone. A row
+//!    another writer committed after the statement's snapshot is never
+//!    overwritten blindly: it is merged again, judged by the version order
+//!    like any other;
 //! 3. for a listing ([`Mode::Replace`](backfill_core::Mode::Replace)),
 //!    turns the day's live rows it lacks (not newer than its `as_of`) into
 //!    their own tombstones with one set-based `UPDATE` per range of the

@@ -286,8 +286,20 @@ pub(crate) struct Statements {
     /// The advisory locks of some days, in date order: `$1` the days,
     /// `$2` whether each is locked exclusively (else shared).
     pub(crate) lock_days: String,
-    /// The one write: a chunk as five arrays `$1`–`$5`; returns the counts
-    /// and the keys a concurrent writer raced past.
+    /// Whether any of days `$1` has a listing watermark. Read after the
+    /// days are locked: with their shared lock held, no listing can set one
+    /// before the transaction ends.
+    pub(crate) watermarked: String,
+    /// Whether no stored key lies in `[$1, $2]`: one index descent.
+    pub(crate) key_range_empty: String,
+    /// The write of a chunk whose key range holds no stored row, in a
+    /// batch whose days have no watermark: binary `COPY` of the chunk, in
+    /// key order. A key another writer inserted after the check fails it
+    /// with `unique_violation`.
+    pub(crate) copy_in: String,
+    /// The conflict-handling write, of every chunk that is not copied
+    /// in: a chunk as five arrays `$1`–`$5`; returns the counts and the
+    /// keys a concurrent writer raced past.
     pub(crate) merge: String,
     /// The live rows of day `$1`.
     pub(crate) live: String,
@@ -342,9 +354,20 @@ SELECT CASE WHEN d.exclusive THEN pg_advisory_xact_lock({lock_key})
 FROM (SELECT * FROM unnest($1::date[], $2::bool[]) AS u(day, exclusive)
       ORDER BY day OFFSET 0) AS d"#
             ),
-            // The one write, set-based. `classified` sees the table as of
-            // the statement's snapshot and decides each record by its
-            // ORIGINAL version; only rows absent or older there go to the
+            watermarked: format!(
+                "SELECT EXISTS (SELECT 1 FROM {days} WHERE records_table = {name} \
+                 AND day = ANY($1::date[]) AND listing_watermark IS NOT NULL)"
+            ),
+            // COLLATE "C", as the column: the range is the primary key's
+            // byte order, whatever the database's default collation.
+            key_range_empty: format!(
+                r#"SELECT NOT EXISTS (SELECT 1 FROM {t}
+                   WHERE key >= $1::text COLLATE "C" AND key <= $2::text COLLATE "C")"#
+            ),
+            copy_in: format!("COPY {t} ({cols}) FROM STDIN (FORMAT binary)"),
+            // The conflict-handling write, set-based. `classified` sees the
+            // table as of the statement's snapshot and decides each record
+            // by its ORIGINAL version; only rows absent or older there go to the
             // upsert. A live record at or before its day's listing
             // watermark is written as its own tombstone (`buried`). The
             // upsert overwrites a row only if it is still the very version

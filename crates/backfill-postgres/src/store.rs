@@ -1,8 +1,11 @@
 //! [`PostgresStore`] and its [`Store`] implementation: the one write path.
 
 use std::fmt;
+use std::future::{poll_fn, Future};
 use std::ops::RangeInclusive;
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use async_trait::async_trait;
 use backfill_core::{
@@ -11,6 +14,9 @@ use backfill_core::{
 };
 use chrono::{DateTime, NaiveDate, Utc};
 use deadpool_postgres::Pool;
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
 use crate::builder::PostgresStoreBuilder;
@@ -114,52 +120,93 @@ impl Store for PostgresStore {
         let tx = client.transaction().await.map_err(pg_error)?;
 
         // 1. The days whose watermark this batch reads (shared) or raises
-        // (exclusive), in date order, before any watermark is read.
+        // (exclusive), in date order, before any watermark is read; whether
+        // any of them has a watermark, read once they are locked; and the
+        // savepoint that a lost race of a COPY rolls back to (after the
+        // locks: rolling back must not release them). One round trip.
         let (days, exclusive) = days_to_lock(batch);
-        if !days.is_empty() {
-            let lock = tx
-                .prepare_cached(&self.sql.lock_days)
-                .await
-                .map_err(pg_error)?;
-            tx.execute(&lock, &[&days, &exclusive])
-                .await
-                .map_err(pg_error)?;
-        }
-
-        // 2. Merge, chunk by chunk. Chunks follow the batch's key order, so
-        // row locks are taken in key order across the whole transaction.
-        let merge = tx.prepare_cached(&self.sql.merge).await.map_err(pg_error)?;
-        let mut counts = Counts::default();
-        for chunk in Chunks::new(batch.records(), self.chunk_rows, self.chunk_bytes) {
-            let mut pending: Vec<&Record> = chunk.iter().collect();
-            let mut passes = 0;
-            while !pending.is_empty() {
-                passes += 1;
-                if passes > MAX_MERGE_PASSES {
-                    return Err(Error::backend(
-                        BACKEND,
-                        true,
-                        format!(
-                            "{} rows kept changing under {MAX_MERGE_PASSES} merges",
-                            pending.len()
-                        ),
-                    ));
+        let lock = tx
+            .prepare_cached(&self.sql.lock_days)
+            .await
+            .map_err(pg_error)?;
+        let watermarked = tx
+            .prepare_cached(&self.sql.watermarked)
+            .await
+            .map_err(pg_error)?;
+        let (locked, marked, savepoint) = join3(
+            async {
+                match days.is_empty() {
+                    true => Ok(0),
+                    false => tx.execute(&lock, &[&days, &exclusive]).await,
                 }
-                let raced = merge_chunk(&tx, &merge, &pending, &mut counts).await?;
-                // Rows another writer committed after this statement's
-                // snapshot: the upsert locked them and left them alone, so
-                // merging them again sees them as they now are, for good.
-                pending = raced
-                    .iter()
-                    .map(|key| {
-                        chunk
-                            .binary_search_by(|r| r.key().cmp(key.as_str()))
-                            .map(|i| &chunk[i])
-                            .map_err(|_| Error::backend(BACKEND, false, "raced key not in batch"))
-                    })
-                    .collect::<Result<_>>()?;
+            },
+            // A statement of its own, after the locks: its snapshot is
+            // taken once they are held.
+            async {
+                match days.is_empty() {
+                    true => Ok(false),
+                    false => tx.query_one(&watermarked, &[&days]).await?.try_get(0),
+                }
+            },
+            tx.batch_execute(SAVEPOINT),
+        )
+        .await;
+        locked.map_err(pg_error)?;
+        let marked = marked.map_err(pg_error)?;
+        savepoint.map_err(pg_error)?;
+        let writes = Writes {
+            // A day with a listing watermark may bury a record, which only
+            // the merge decides: no COPY then.
+            copy: match marked {
+                true => None,
+                false => Some((
+                    tx.prepare_cached(&self.sql.key_range_empty)
+                        .await
+                        .map_err(pg_error)?,
+                    tx.prepare_cached(&self.sql.copy_in)
+                        .await
+                        .map_err(pg_error)?,
+                )),
+            },
+            merge: tx.prepare_cached(&self.sql.merge).await.map_err(pg_error)?,
+        };
+
+        // 2. The records, chunk by chunk in key order: a chunk whose key
+        // range holds no stored row is copied in, any other merged. Every
+        // statement takes its row locks in key order, and the chunks
+        // follow the batch's key order, so a whole apply locks in key
+        // order and concurrent writers never wait for each other
+        // crosswise.
+        let mut counts = Counts::default();
+        let mut raced = false;
+        for chunk in Chunks::new(batch.records(), self.chunk_rows, self.chunk_bytes) {
+            match writes.apply(&tx, chunk, &mut counts).await {
+                Ok(()) => {}
+                Err(Raced::Yes) => {
+                    raced = true;
+                    break;
+                }
+                Err(Raced::No(e)) => return Err(e),
             }
         }
+        if raced {
+            // Another writer inserted a key of a chunk we found absent
+            // between our check and our COPY: undo everything since the
+            // savepoint and merge every chunk, which judges such keys by
+            // version like any stored row. One savepoint per apply, never
+            // one per chunk: a transaction with more than 64
+            // subtransactions slows every snapshot on the server.
+            tx.batch_execute(ROLLBACK_TO_SAVEPOINT)
+                .await
+                .map_err(pg_error)?;
+            counts = Counts::default();
+            for chunk in Chunks::new(batch.records(), self.chunk_rows, self.chunk_bytes) {
+                merge_records(&tx, &writes.merge, chunk, &mut counts).await?;
+            }
+        }
+        tx.batch_execute(RELEASE_SAVEPOINT)
+            .await
+            .map_err(pg_error)?;
 
         if let Some(as_of) = batch.as_of() {
             // 3. The listing: the day's live rows it lacks become their own
@@ -354,6 +401,197 @@ fn into_entry(row: &Row) -> Result<LedgerEntry> {
 /// The second pass cannot race (the first locked every raced row); more
 /// are only a guard against a bug looping forever.
 const MAX_MERGE_PASSES: u32 = 4;
+
+/// The savepoint around an apply's writes.
+const SAVEPOINT: &str = "SAVEPOINT backfill_apply";
+/// Undoes an apply's writes after a lost race.
+const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT backfill_apply";
+/// Ends the savepoint once the writes are done.
+const RELEASE_SAVEPOINT: &str = "RELEASE SAVEPOINT backfill_apply";
+
+/// How writing a chunk failed.
+#[derive(Debug)]
+enum Raced {
+    /// A COPY met a `unique_violation`: another writer inserted a key of a
+    /// chunk found absent (the primary key is the records table's only
+    /// unique index).
+    Yes,
+    /// Any other error.
+    No(Error),
+}
+
+/// Awaits three futures together, so that requests on one connection are
+/// sent back to back (tokio-postgres pipelines the requests of futures
+/// polled concurrently) and answered in one round trip.
+async fn join3<A: Future, B: Future, C: Future>(
+    a: A,
+    b: B,
+    c: C,
+) -> (A::Output, B::Output, C::Output) {
+    let (mut a, mut b, mut c) = (pin!(a), pin!(b), pin!(c));
+    let (mut ra, mut rb, mut rc) = (None, None, None);
+    poll_fn(|cx| {
+        // In argument order: the first poll of each sends its request.
+        if ra.is_none() {
+            if let Poll::Ready(v) = a.as_mut().poll(cx) {
+                ra = Some(v);
+            }
+        }
+        if rb.is_none() {
+            if let Poll::Ready(v) = b.as_mut().poll(cx) {
+                rb = Some(v);
+            }
+        }
+        if rc.is_none() {
+            if let Poll::Ready(v) = c.as_mut().poll(cx) {
+                rc = Some(v);
+            }
+        }
+        match (ra.take(), rb.take(), rc.take()) {
+            (Some(a), Some(b), Some(c)) => Poll::Ready((a, b, c)),
+            (a, b, c) => {
+                (ra, rb, rc) = (a, b, c);
+                Poll::Pending
+            }
+        }
+    })
+    .await
+}
+
+/// The prepared statements that write an apply's chunks.
+#[derive(Debug)]
+struct Writes {
+    /// `Statements::key_range_empty` and `Statements::copy_in`, unless a
+    /// day of the batch has a listing watermark.
+    copy: Option<(tokio_postgres::Statement, tokio_postgres::Statement)>,
+    /// `Statements::merge`.
+    merge: tokio_postgres::Statement,
+}
+
+impl Writes {
+    /// Writes one chunk (sorted by key, not empty) and adds its counts.
+    ///
+    /// When no stored key lies between the chunk's first and last key (a
+    /// day's first sync; a backfill of days the table does not hold yet),
+    /// the chunk is copied in whole with binary `COPY`, in key order: the
+    /// floor's own speed, where `INSERT … ON CONFLICT` pays a speculative
+    /// insertion per row. No record of such a chunk has a stored version
+    /// to be compared with, so none is; and the COPY cannot overwrite
+    /// anything: the primary key refuses a key another writer inserted
+    /// after the check (`unique_violation`: [`Raced::Yes`], which the
+    /// caller answers by merging), after waiting for that writer if it has
+    /// not committed yet. Any other chunk is merged.
+    async fn apply(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        records: &[Record],
+        counts: &mut Counts,
+    ) -> std::result::Result<(), Raced> {
+        if let (Some((empty, copy)), Some(first), Some(last)) =
+            (&self.copy, records.first(), records.last())
+        {
+            let row = tx
+                .query_one(empty, &[&first.key(), &last.key()])
+                .await
+                .map_err(|e| Raced::No(pg_error(e)))?;
+            if row
+                .try_get::<_, bool>(0)
+                .map_err(|e| Raced::No(pg_error(e)))?
+            {
+                let copied = match copy_chunk(tx, copy, records).await {
+                    Ok(copied) => copied,
+                    Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                        return Err(Raced::Yes)
+                    }
+                    Err(e) => return Err(Raced::No(pg_error(e))),
+                };
+                if copied as usize != records.len() {
+                    return Err(Raced::No(Error::backend(
+                        BACKEND,
+                        false,
+                        format!("COPY wrote {copied} rows of {}", records.len()),
+                    )));
+                }
+                let tombstones = records.iter().filter(|r| r.is_deleted()).count() as u64;
+                counts.inserted += copied - tombstones;
+                counts.deleted += tombstones;
+                return Ok(());
+            }
+        }
+        merge_records(tx, &self.merge, records, counts)
+            .await
+            .map_err(Raced::No)
+    }
+}
+
+/// Copies `records` into the table in their order with binary `COPY`;
+/// returns the number of rows copied.
+async fn copy_chunk(
+    tx: &deadpool_postgres::Transaction<'_>,
+    copy: &tokio_postgres::Statement,
+    records: &[Record],
+) -> std::result::Result<u64, tokio_postgres::Error> {
+    let sink = tx.copy_in(copy).await?;
+    let writer = BinaryCopyInWriter::new(
+        sink,
+        &[
+            Type::TEXT,
+            Type::DATE,
+            Type::TEXT,
+            Type::TIMESTAMPTZ,
+            Type::BOOL,
+        ],
+    );
+    let mut writer = pin!(writer);
+    for r in records {
+        let (date, at, deleted) = (r.event_date(), r.updated_at(), r.is_deleted());
+        writer
+            .as_mut()
+            .write(&[&r.key(), &date, &r.value(), &at, &deleted])
+            .await?;
+    }
+    writer.finish().await
+}
+
+/// Merges `chunk` (sorted by key) with the conflict-handling merge and adds
+/// its counts; merges the rows another writer raced past again, until none
+/// is left.
+async fn merge_records(
+    tx: &deadpool_postgres::Transaction<'_>,
+    merge: &tokio_postgres::Statement,
+    chunk: &[Record],
+    counts: &mut Counts,
+) -> Result<()> {
+    let mut pending: Vec<&Record> = chunk.iter().collect();
+    let mut passes = 0;
+    while !pending.is_empty() {
+        passes += 1;
+        if passes > MAX_MERGE_PASSES {
+            return Err(Error::backend(
+                BACKEND,
+                true,
+                format!(
+                    "{} rows kept changing under {MAX_MERGE_PASSES} merges",
+                    pending.len()
+                ),
+            ));
+        }
+        let raced = merge_chunk(tx, merge, &pending, counts).await?;
+        // Rows another writer committed after this statement's snapshot:
+        // the upsert locked them and left them alone, so merging them again
+        // sees them as they now are, for good.
+        pending = raced
+            .iter()
+            .map(|key| {
+                chunk
+                    .binary_search_by(|r| r.key().cmp(key.as_str()))
+                    .map(|i| &chunk[i])
+                    .map_err(|_| Error::backend(BACKEND, false, "raced key not in batch"))
+            })
+            .collect::<Result<_>>()?;
+    }
+    Ok(())
+}
 
 /// Runs the merge statement on `records` (sorted by key), adds its counts
 /// and returns the keys a concurrent writer raced past.

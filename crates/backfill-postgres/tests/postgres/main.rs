@@ -6,6 +6,9 @@
 //! - `behaviour`: what this store promises beyond the suite (typed errors,
 //!   no tuple written on a re-run of merges, listings or tombstones,
 //!   chunking, concurrent writers, listings locking their day, purge).
+//! - `first_pass`: the COPY of a chunk found absent raced by another
+//!   writer (counts exact, the apply's writes undone and merged), writers
+//!   with different chunks never deadlocking.
 //! - `open`: opening checks an existing table and the metadata tables,
 //!   upgrades version-1 tables and version-2 schemas in place, needs no DDL rights when
 //!   everything exists, and names indexes that cannot collide.
@@ -18,6 +21,7 @@
 
 mod behaviour;
 mod conformance;
+mod first_pass;
 mod large_values;
 mod ledger;
 mod open;
