@@ -3,13 +3,15 @@
 //!
 //! ```text
 //! cargo run --release -p backfill-bench -- [--stores memory,sqlite,postgres]
-//!     [--days 30] [--per-day 10000] [--concurrency N] [--repeat N] [--quick] [--json]
+//!     [--days 30] [--per-day 10000] [--concurrency N] [--repeat N] [--big-day N]
+//!     [--large] [--quick] [--json]
 //! ```
 //!
 //! Postgres comes from `BACKFILL_PG_URL` (nothing else may write to it
 //! during the run) or from a container started with Postgres' default
 //! durability settings, as in the tests.
 
+mod big;
 mod scenarios;
 mod stores;
 
@@ -77,7 +79,7 @@ impl Measurement {
 
 fn usage() -> &'static str {
     "usage: backfill-bench [--stores memory,sqlite,postgres] [--days N] [--per-day N] \
-     [--concurrency N] [--repeat N] [--quick] [--json]"
+     [--concurrency N] [--repeat N] [--big-day N] [--large] [--quick] [--json]"
 }
 
 fn parse_args() -> Result<(Vec<Kind>, Settings, bool), lexopt::Error> {
@@ -86,6 +88,7 @@ fn parse_args() -> Result<(Vec<Kind>, Settings, bool), lexopt::Error> {
     let mut settings = Settings::full();
     let (mut days, mut per_day, mut concurrency, mut repeat) = (None, None, None, None);
     let mut json = false;
+    let (mut large, mut big_day) = (false, None);
     let mut parser = lexopt::Parser::from_env();
     while let Some(arg) = parser.next()? {
         match arg {
@@ -102,6 +105,8 @@ fn parse_args() -> Result<(Vec<Kind>, Settings, bool), lexopt::Error> {
             Long("concurrency") => concurrency = Some(parser.value()?.parse()?),
             Long("repeat") => repeat = Some(parser.value()?.parse()?),
             Long("quick") => settings = Settings::quick(),
+            Long("large") => large = true,
+            Long("big-day") => big_day = Some(parser.value()?.parse()?),
             Long("json") => json = true,
             Short('h') | Long("help") => {
                 println!("{}", usage());
@@ -114,6 +119,9 @@ fn parse_args() -> Result<(Vec<Kind>, Settings, bool), lexopt::Error> {
     settings.per_day = per_day.unwrap_or(settings.per_day);
     settings.concurrency = concurrency.unwrap_or(settings.concurrency);
     settings.repeat = repeat.unwrap_or(settings.repeat).max(1);
+    settings.large = large;
+    // `--large`: a big day of 4 000 000 records unless given.
+    settings.big_day = big_day.unwrap_or(if large { 4_000_000 } else { settings.big_day });
     Ok((stores, settings, json))
 }
 

@@ -25,6 +25,15 @@ pub(crate) struct Settings {
     parallel_records: u32,
     parallel_sleep: Duration,
     scale_days: u32,
+    /// Records of the one big day (`big_day`).
+    pub(crate) big_day: u32,
+    /// `--large`: the 10 000 000-record streamed day and the day into a
+    /// 10 000 000-row table run too.
+    pub(crate) large: bool,
+    /// Records of the streamed day (`stream_day`, `--large`).
+    pub(crate) stream_day: u32,
+    /// Rows already in the table (`scale_large`, `--large`).
+    pub(crate) large_table: u32,
 }
 
 impl Settings {
@@ -41,6 +50,10 @@ impl Settings {
             parallel_records: 100,
             parallel_sleep: Duration::from_millis(50),
             scale_days: 100,
+            big_day: 1_000_000,
+            large: false,
+            stream_day: 10_000_000,
+            large_table: 10_000_000,
         }
     }
 
@@ -53,11 +66,12 @@ impl Settings {
             parallel_days: 24,
             parallel_sleep: Duration::from_millis(40),
             scale_days: 20,
+            big_day: 20_000,
             ..Self::full()
         }
     }
 
-    fn rows(&self) -> u64 {
+    pub(crate) fn rows(&self) -> u64 {
         u64::from(self.days) * u64::from(self.per_day)
     }
 }
@@ -67,7 +81,7 @@ fn first_day() -> NaiveDate {
     NaiveDate::from_ymd_opt(2026, 1, 1).unwrap()
 }
 
-fn nth_day(n: u32) -> NaiveDate {
+pub(crate) fn nth_day(n: u32) -> NaiveDate {
     first_day() + chrono::Duration::days(i64::from(n))
 }
 
@@ -75,7 +89,7 @@ fn nth_day(n: u32) -> NaiveDate {
 /// key `event:{date}:{i}`, value the hex SHA-256 of `{date}:{i}`, updated at
 /// midnight UTC plus `i` seconds. `changed` gives the upstream-corrected
 /// version: another value, one hour later.
-fn record(day: NaiveDate, i: u32, changed: bool) -> Record {
+pub(crate) fn record(day: NaiveDate, i: u32, changed: bool) -> Record {
     let seed = if changed {
         format!("{day}:{i}:changed")
     } else {
@@ -135,7 +149,7 @@ fn job(s: &Settings) -> Job {
 /// days are synced: SQLite's `total_changes()` counts every table of the
 /// file, and each synced day writes its ledger row; Postgres' statistics
 /// are the records table's own.
-fn ledger_rows(kind: Kind, days: u32) -> u64 {
+pub(crate) fn ledger_rows(kind: Kind, days: u32) -> u64 {
     if kind == Kind::Sqlite {
         u64::from(days)
     } else {
@@ -583,6 +597,20 @@ pub(crate) async fn run_store(
         ),
         ..base.clone()
     });
+
+    // ---- days of any size, the command line's ingest --------------------
+    log("big_day");
+    out.extend(crate::big::big_day(kind, &mut env, s, &base).await?);
+    if kind != Kind::Memory {
+        log("cli_ingest");
+        out.push(crate::big::cli_ingest(&mut env, s, &base).await?);
+    }
+    if s.large && kind != Kind::Memory {
+        log("stream_day");
+        out.push(crate::big::stream_day(&mut env, s, &base).await?);
+        log("scale_large");
+        out.push(crate::big::scale_large(&mut env, s, &base).await?);
+    }
     Ok(out)
 }
 
@@ -633,6 +661,6 @@ async fn timed_backfill_with(
     Ok((report, started.elapsed().as_secs_f64(), peak_rss()))
 }
 
-fn delta(before: Option<u64>, after: Option<u64>) -> Option<u64> {
+pub(crate) fn delta(before: Option<u64>, after: Option<u64>) -> Option<u64> {
     Some(after?.saturating_sub(before?))
 }
