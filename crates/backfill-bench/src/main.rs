@@ -184,6 +184,15 @@ fn human_bytes(bytes: u64) -> String {
 
 #[tokio::main]
 async fn main() {
+    // A streamed day measured in a process of its own (see `big.rs`).
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--stream-child") {
+        if let Err(e) = big::stream_child(&args[1..]).await {
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let (kinds, settings, json) = match parse_args() {
         Ok(parsed) => parsed,
         Err(e) => {

@@ -113,6 +113,39 @@ impl Env {
     }
 }
 
+impl Env {
+    /// Where a child process finds `target`: `sqlite <path>` or
+    /// `postgres <schema> <url>` (`None` for the memory store).
+    pub(crate) fn locate(&self, target: &Target) -> Option<Vec<String>> {
+        match target {
+            Target::Memory(_) => None,
+            Target::Sqlite { path, .. } => Some(vec!["sqlite".into(), path.display().to_string()]),
+            Target::Postgres(store) => Some(vec![
+                "postgres".into(),
+                store.schema().to_owned(),
+                self.pg_url.clone().expect("postgres url"),
+            ]),
+        }
+    }
+}
+
+/// Opens, in a child process, the store [`Env::locate`] described.
+pub(crate) async fn open_located(args: &[String]) -> Result<Box<dyn Store>, String> {
+    match args {
+        [kind, path] if kind == "sqlite" => Ok(Box::new(
+            SqliteStore::open(path).await.map_err(|e| e.to_string())?,
+        )),
+        [kind, schema, url] if kind == "postgres" => Ok(Box::new(
+            PostgresStore::builder()
+                .schema(schema.as_str())
+                .connect(url)
+                .await
+                .map_err(|e| e.to_string())?,
+        )),
+        other => Err(format!("no store at {other:?}")),
+    }
+}
+
 #[derive(Debug)]
 pub(crate) enum Target {
     Memory(MemoryStore),
