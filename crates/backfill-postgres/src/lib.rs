@@ -20,10 +20,10 @@
 //!    `COPY`: the speed of a bulk load, where `INSERT … ON CONFLICT` pays a
 //!    speculative insertion per row. Such a chunk has no stored version to
 //!    compare with, and the primary key refuses any key another writer
-//!    inserted after the check: on that `unique_violation` the apply rolls
-//!    back to a savepoint taken after its day locks (one per apply, never
-//!    one per chunk) and merges every chunk instead, so the counts stay
-//!    exact. Every other chunk is merged in one statement that joins it
+//!    inserted after the check: on that `unique_violation` the page rolls
+//!    back to a savepoint taken before its first COPY and merges its chunks
+//!    from there instead, so the counts stay exact. Every other chunk is
+//!    merged in one statement that joins it
 //!    against the table and against the day's watermark in
 //!    `backfill_days`, classifies each record by its own version against
 //!    the stored one (unchanged and older rows are not even locked: a
@@ -45,6 +45,31 @@
 //!    `INSERT … ON CONFLICT (records_table, day) DO UPDATE` of the day's row
 //!    of `backfill_days`, whatever the batch's size, which also raises a
 //!    listing's watermark to its `as_of` if lower.
+//!
+//! A batch is the one-page case of a **streamed day**
+//! ([`upsert_stream`](backfill_core::upsert_stream), a job's
+//! [`Fetched::stream`](backfill_core::Fetched::stream)), which
+//! [`apply_pages`](backfill_core::Store::apply_pages) applies through the
+//! same write, in one transaction, holding one page in memory at a time: a
+//! page is at most [`chunk_rows`](PostgresStoreBuilder::chunk_rows) records
+//! and about [`chunk_bytes`](PostgresStoreBuilder::chunk_bytes), read from
+//! the job's sorted runs just before it is written. The day locks come
+//! first, from every record's `event_date`, known before the first page.
+//! Pages arrive in key order with unique keys, so each page's counts are
+//! exact on their own. A listing's tombstones follow each page, for the
+//! key range it closes (after the previous page's last key, up to its own
+//! last key; the last page's range runs to the end of the key space), and
+//! the guard is asked after the last page with the same numbers a batch
+//! gives it. An error in any page, or a dropped future, leaves nothing of
+//! the day. The savepoint of a page's COPY only ever undoes that page,
+//! which is still in memory: earlier pages stay as written. Each such
+//! savepoint keeps a subtransaction id until the transaction ends, and
+//! Postgres caches 64 per session: beyond that every other session's
+//! snapshots would look subtransactions up in `pg_subtrans`. So an apply
+//! takes at most 64; the pages after them are still copied, without one,
+//! and a race lost there (another writer inserting a key of the day while
+//! it is copied in) fails the apply with a retryable error: the day rolls
+//! back whole, and its retry merges the other writer's keys.
 //!
 //! A re-run that changes no record therefore writes exactly one row
 //! version per day: its ledger row in `backfill_days` (a HOT update: no
@@ -240,6 +265,7 @@ mod error;
 mod sql;
 mod store;
 mod table;
+mod write;
 
 pub use builder::PostgresStoreBuilder;
 pub use store::PostgresStore;

@@ -304,7 +304,7 @@ pub(crate) struct Statements {
     /// The live rows of day `$1`.
     pub(crate) live: String,
     /// A listing: the live rows of day `$1` not newer than `$2` whose key
-    /// is in `[$3, $4)` (NULL: unbounded) but not in `$5` become their own
+    /// is in `($3, $4]` (NULL: unbounded) but not in `$5` become their own
     /// tombstones.
     pub(crate) unlist: String,
     /// The day ledger's success, last in an apply's transaction: the row
@@ -453,8 +453,8 @@ FROM outcome o
 WITH doomed AS (
     SELECT r.key FROM {t} r
     WHERE r.event_date = $1 AND NOT r.deleted AND r.updated_at <= $2
-      AND ($3::text IS NULL OR r.key >= $3::text)
-      AND ($4::text IS NULL OR r.key < $4::text)
+      AND ($3::text IS NULL OR r.key > $3::text)
+      AND ($4::text IS NULL OR r.key <= $4::text)
       AND NOT EXISTS (
           SELECT 1 FROM unnest($5::text[]) AS k(key) WHERE k.key COLLATE "C" = r.key)
     ORDER BY r.key

@@ -231,11 +231,22 @@ pub async fn cancelled_backfill_leaves_whole_days(store: &dyn Store) {
     };
     let job = quick_job().concurrency(2);
     let run = job.backfill(store, &fetch, day(330)..=day(349));
-    let cut = tokio::time::timeout(std::time::Duration::from_millis(300), run).await;
-    assert!(
-        cut.is_err(),
-        "the backfill should still be waiting on the hung day"
-    );
+    let mut run = std::pin::pin!(run);
+    // Until both hung days have started (however slow the store's days
+    // before them are), and a moment more; then the run is dropped.
+    let hung = async {
+        while started.load(Ordering::SeqCst) < 5 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    tokio::select! {
+        _ = &mut run => panic!("the backfill should still be waiting on the hung days"),
+        waited = tokio::time::timeout(std::time::Duration::from_secs(60), hung) => {
+            assert!(waited.is_ok(), "the hung days never started");
+        }
+    }
+    drop(run);
     let launched = started.load(Ordering::SeqCst);
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     assert_eq!(

@@ -66,9 +66,9 @@ fn split(c: &Counts) -> (u64, u64, u64, u64, u64) {
 /// Another writer inserts four keys of our batch's last chunk, and holds
 /// them uncommitted while we apply: our check finds that chunk's key range
 /// empty, the COPY waits for that writer and, once it commits, fails with
-/// `unique_violation`. Everything since the savepoint is undone (the
-/// merged first chunk and the copied second included) and every chunk is
-/// merged; the four keys are judged against the committed rows by
+/// `unique_violation`. Everything since the savepoint taken before the
+/// first COPY is undone (the copied second chunk; the merged first one
+/// came before it and stays) and every chunk from there is merged; the four keys are judged against the committed rows by
 /// version. Every count is exact: nothing counted twice, nothing lost.
 #[tokio::test]
 async fn keys_inserted_after_the_check_are_judged_by_version_and_counted_once() {

@@ -6,6 +6,10 @@
 //! - `behaviour`: what this store promises beyond the suite (typed errors,
 //!   no tuple written on a re-run of merges, listings or tombstones,
 //!   chunking, concurrent writers, listings locking their day, purge).
+//! - `pages`: streamed days applied page by page in one transaction: the
+//!   same rows, counts and ledger as one batch, listings judged range by
+//!   range, a store error in a late page leaving nothing, a concurrent
+//!   writer racing a later page's COPY.
 //! - `first_pass`: the COPY of a chunk found absent raced by another
 //!   writer (counts exact, the apply's writes undone and merged), writers
 //!   with different chunks never deadlocking.
@@ -26,6 +30,7 @@ mod large_values;
 mod ledger;
 mod open;
 mod outage;
+mod pages;
 mod retry;
 #[cfg(feature = "tls")]
 mod tls;

@@ -1,0 +1,823 @@
+//! The one write path, [`apply_day`]: a day's records, as one [`Batch`]
+//! (the one-page case) or as a streamed day's [`DayPages`], in one
+//! transaction.
+
+use std::borrow::Cow;
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::task::Poll;
+
+use backfill_core::{
+    Batch, Counts, DayPages, Error, Field, Mode, Problem, Record, Result, RunId, SyncedDay,
+};
+use chrono::{DateTime, NaiveDate, Utc};
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
+use tokio_postgres::Statement;
+
+use crate::error::pg_error;
+use crate::store::PostgresStore;
+use crate::{BACKEND, MAX_VALUE_BYTES};
+
+type Transaction<'a> = deadpool_postgres::Transaction<'a>;
+
+/// A day as [`apply_day`] reads it: its records in pages, in key order with
+/// unique keys across the whole day, and the answers only the day itself
+/// holds (the guard's verdict, its ledger row).
+pub(crate) enum Day<'a> {
+    /// A batch: its records are the day's only page, already in memory.
+    Batch { batch: &'a Batch, read: bool },
+    /// A streamed day, read one page at a time.
+    Pages(&'a mut DayPages),
+}
+
+impl<'a> Day<'a> {
+    pub(crate) fn batch(batch: &'a Batch) -> Self {
+        Day::Batch { batch, read: false }
+    }
+
+    fn day(&self) -> NaiveDate {
+        match self {
+            Day::Batch { batch, .. } => batch.day(),
+            Day::Pages(pages) => pages.day(),
+        }
+    }
+
+    fn as_of(&self) -> Option<DateTime<Utc>> {
+        match self {
+            Day::Batch { batch, .. } => batch.as_of(),
+            Day::Pages(pages) => pages.as_of(),
+        }
+    }
+
+    /// The days the apply locks: every record's `event_date`, in order,
+    /// known before the first page.
+    fn days(&self) -> Vec<NaiveDate> {
+        match self {
+            Day::Batch { batch, .. } => batch.days(),
+            Day::Pages(pages) => pages.days().to_vec(),
+        }
+    }
+
+    /// The next page of at most `rows` records and about `bytes` bytes of
+    /// keys and values (a batch's page is the whole batch), and whether it
+    /// is the last; `None` after the last.
+    fn next_page(
+        &mut self,
+        rows: usize,
+        bytes: usize,
+    ) -> Result<Option<(Cow<'a, [Record]>, bool)>> {
+        match self {
+            Day::Batch { batch, read } => {
+                if std::mem::replace(read, true) || batch.is_empty() {
+                    return Ok(None);
+                }
+                let batch: &'a Batch = batch;
+                Ok(Some((Cow::Borrowed(batch.records()), true)))
+            }
+            // Reading a page may block briefly on the local disk (the
+            // job's temporary files), as `DayPages` documents.
+            Day::Pages(pages) => Ok(pages
+                .next_page(rows, bytes)?
+                .map(|page| (Cow::Owned(page), pages.is_done()))),
+        }
+    }
+
+    fn check_replace(&self, would_delete: u64, live: u64) -> Result<()> {
+        match self {
+            Day::Batch { batch, .. } => batch.check_replace(would_delete, live),
+            Day::Pages(pages) => pages.check_replace(would_delete, live),
+        }
+    }
+
+    fn synced(&self, counts: Counts) -> SyncedDay {
+        match self {
+            Day::Batch { batch, .. } => batch.synced(counts),
+            Day::Pages(pages) => pages.synced(counts),
+        }
+    }
+}
+
+/// How many subtransactions with a transaction id an apply may open: those
+/// of the savepoints around its COPYs ([`write_page`]). A backend caches
+/// the ids of its open subtransactions in shared memory, 64 of them
+/// (`PGPROC_MAX_CACHED_SUBXIDS`); a RELEASEd savepoint's id stays there
+/// until the top transaction ends (only an aborted one leaves). Past 64 the
+/// cache overflows and, while the apply's transaction is open, every other
+/// session's snapshot is marked overflowed: each visibility check of a
+/// recent row then reads `pg_subtrans` (measured on PostgreSQL 15: 64
+/// released savepoints cost another session's scan no `pg_subtrans`
+/// access, 65 cost two per row it meets).
+pub(crate) const MAX_SUBTRANSACTIONS: usize = 64;
+
+/// Applies a day in one transaction, page by page, in key order; the
+/// batch path ([`Day::Batch`]) is the one-page case.
+///
+/// 1. The days whose watermark the records read (shared) or the listing
+///    raises (exclusive) are locked in date order before anything is read
+///    or written, and whether any of them has a watermark is read once they
+///    are held.
+/// 2. Each page ([`write_page`]): its values are checked against
+///    [`MAX_VALUE_BYTES`], then it is written chunk by chunk, COPY or
+///    merge. Keys are unique across the day's pages, so each page's counts
+///    are exact on their own and no page changes what another finds.
+/// 3. A listing tombstones, after each page, the day's live rows it lacks
+///    in the key range that page closes: after the previous page's last
+///    key up to and including its own last key (the last page's range runs
+///    to the end of the key space). Every live row of the day is judged by
+///    exactly one statement, once every page is written up to its key.
+///    The guard is asked last, with the rows tombstoned and the day's live
+///    rows before that (those counted now plus those tombstoned): the very
+///    numbers the batch path had when it tombstoned after its one page.
+/// 4. The day's ledger row, last, in the same transaction.
+///
+/// Any error, the guard's refusal included, returns with the transaction
+/// uncommitted: dropping it rolls back, and nothing of the day is written.
+/// So does dropping the future.
+pub(crate) async fn apply_day(store: &PostgresStore, mut day: Day<'_>) -> Result<Counts> {
+    let sql = &store.sql;
+    let mut client = store.client().await?;
+    let tx = client.transaction().await.map_err(pg_error)?;
+    let (date, as_of) = (day.day(), day.as_of());
+
+    // 1. The day locks and whether any locked day has a watermark, in one
+    // round trip.
+    let (days, exclusive) = days_to_lock(day.days(), date, as_of.is_some());
+    let lock = tx.prepare_cached(&sql.lock_days).await.map_err(pg_error)?;
+    let watermarked = tx
+        .prepare_cached(&sql.watermarked)
+        .await
+        .map_err(pg_error)?;
+    let (locked, marked) = join2(
+        async {
+            match days.is_empty() {
+                true => Ok(0),
+                false => tx.execute(&lock, &[&days, &exclusive]).await,
+            }
+        },
+        // A statement of its own, after the locks: its snapshot is taken
+        // once they are held.
+        async {
+            match days.is_empty() {
+                true => Ok(false),
+                false => tx.query_one(&watermarked, &[&days]).await?.try_get(0),
+            }
+        },
+    )
+    .await;
+    locked.map_err(pg_error)?;
+    let marked = marked.map_err(pg_error)?;
+    let mut writes = Writes {
+        // A day with a listing watermark may bury a record, which only the
+        // merge decides: no COPY then.
+        copy: match marked {
+            true => None,
+            false => Some((
+                tx.prepare_cached(&sql.key_range_empty)
+                    .await
+                    .map_err(pg_error)?,
+                tx.prepare_cached(&sql.copy_in).await.map_err(pg_error)?,
+            )),
+        },
+        merge: tx.prepare_cached(&sql.merge).await.map_err(pg_error)?,
+        rows: store.chunk_rows,
+        bytes: store.chunk_bytes,
+        subtransactions: 0,
+    };
+    let unlist = match as_of {
+        Some(_) => Some(tx.prepare_cached(&sql.unlist).await.map_err(pg_error)?),
+        None => None,
+    };
+
+    // 2. and 3. The pages, in key order, each followed by its share of a
+    // listing's tombstones.
+    let mut counts = Counts::default();
+    let mut unlisted = 0;
+    // The last key of the listing's ranges so far; `None` before the
+    // first, and once a range ran to the end of the key space.
+    let mut after: Option<String> = None;
+    let mut to_the_end = false;
+    while let Some((page, last)) = day.next_page(store.chunk_rows, store.chunk_bytes)? {
+        check_value_sizes(&page)?;
+        writes.page(&tx, &page, &mut counts).await?;
+        if let (Some(unlist), Some(as_of)) = (&unlist, as_of) {
+            for range in KeyRanges::new(&page, store.chunk_bytes, after.as_deref(), last) {
+                unlisted += tx
+                    .execute(
+                        unlist,
+                        &[&date, &as_of, &range.after, &range.upto, &range.keys],
+                    )
+                    .await
+                    .map_err(pg_error)?;
+            }
+            after = page.last().map(|r| r.key().to_owned());
+            to_the_end = last;
+        }
+    }
+    if let (Some(unlist), Some(as_of)) = (&unlist, as_of) {
+        if !to_the_end {
+            // An empty listing, or a day whose last page did not know it
+            // was the last: the rest of the key space.
+            let none: Option<&str> = None;
+            let keys: Vec<&str> = Vec::new();
+            unlisted += tx
+                .execute(unlist, &[&date, &as_of, &after, &none, &keys])
+                .await
+                .map_err(pg_error)?;
+        }
+        let live_now: i64 = tx
+            .query_one(&sql.live, &[&date])
+            .await
+            .map_err(pg_error)?
+            .get(0);
+        // The day's live rows before the tombstones: each tombstoned row
+        // was one of them, and nothing else of the day changed since.
+        day.check_replace(unlisted, live_now as u64 + unlisted)?;
+        counts.deleted += unlisted;
+        counts.unlisted = unlisted;
+    }
+
+    // 4. The day's ledger row, last: synced now, by this run, with these
+    // counts, its failure cleared, and a listing's watermark raised to its
+    // `as_of` if lower. One statement, committed with the rows.
+    let synced = day.synced(counts);
+    let ledger = tx.prepare_cached(&sql.synced).await.map_err(pg_error)?;
+    let c = &synced.counts;
+    tx.execute(
+        &ledger,
+        &[
+            &date,
+            &synced.as_of,
+            &synced.at,
+            &synced.run_id.as_ref().map(RunId::as_str),
+            &mode_text(synced.mode)?,
+            &synced.digest.to_string(),
+            &count(c.inserted),
+            &count(c.updated),
+            &count(c.unchanged),
+            &count(c.stale),
+            &count(c.deleted),
+            &count(c.unlisted),
+            &count(c.collapsed),
+        ],
+    )
+    .await
+    .map_err(pg_error)?;
+    tx.commit().await.map_err(pg_error)?;
+    Ok(counts)
+}
+
+/// A count as the ledger stores it (`bigint`).
+fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A mode as the ledger stores it.
+fn mode_text(mode: Mode) -> Result<&'static str> {
+    match mode {
+        Mode::Merge => Ok("merge"),
+        Mode::Replace => Ok("replace"),
+        other => Err(Error::backend(
+            BACKEND,
+            false,
+            format!("no ledger text for mode {other:?}"),
+        )),
+    }
+}
+
+/// How many times a chunk's raced rows are merged again before giving up.
+/// The second pass cannot race (the first locked every raced row); more
+/// are only a guard against a bug looping forever.
+const MAX_MERGE_PASSES: u32 = 4;
+
+/// The savepoint before a page's first COPY.
+const SAVEPOINT: &str = "SAVEPOINT backfill_page";
+/// Undoes a page's writes since its first COPY after a lost race.
+const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT backfill_page";
+/// Ends the savepoint once the page is written.
+const RELEASE_SAVEPOINT: &str = "RELEASE SAVEPOINT backfill_page";
+
+/// Awaits two futures together, so that requests on one connection are
+/// sent back to back (tokio-postgres pipelines the requests of futures
+/// polled concurrently) and answered in one round trip.
+async fn join2<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
+    let (mut a, mut b) = (pin!(a), pin!(b));
+    let (mut ra, mut rb) = (None, None);
+    poll_fn(|cx| {
+        // In argument order: the first poll of each sends its request.
+        if ra.is_none() {
+            if let Poll::Ready(v) = a.as_mut().poll(cx) {
+                ra = Some(v);
+            }
+        }
+        if rb.is_none() {
+            if let Poll::Ready(v) = b.as_mut().poll(cx) {
+                rb = Some(v);
+            }
+        }
+        match (ra.take(), rb.take()) {
+            (Some(a), Some(b)) => Poll::Ready((a, b)),
+            (a, b) => {
+                (ra, rb) = (a, b);
+                Poll::Pending
+            }
+        }
+    })
+    .await
+}
+
+/// The prepared statements that write an apply's pages, and the
+/// subtransactions it opened so far.
+#[derive(Debug)]
+struct Writes {
+    /// `Statements::key_range_empty` and `Statements::copy_in`, unless a
+    /// day of the apply has a listing watermark.
+    copy: Option<(Statement, Statement)>,
+    /// `Statements::merge`.
+    merge: Statement,
+    /// The store's chunk bounds.
+    rows: usize,
+    bytes: usize,
+    /// Savepoints taken so far (see [`MAX_SUBTRANSACTIONS`]).
+    subtransactions: usize,
+}
+
+impl Writes {
+    /// Writes one page (sorted by key, keys above every earlier page's),
+    /// chunk by chunk in key order, and adds its counts.
+    ///
+    /// A chunk whose key range holds no stored row (one index descent: a
+    /// day's first sync, a backfill of days the table does not hold yet)
+    /// is copied in whole with binary `COPY`, in key order: the floor's own
+    /// speed, where `INSERT … ON CONFLICT` pays a speculative insertion per
+    /// row. No record of such a chunk has a stored version to be compared
+    /// with, and the COPY cannot overwrite anything: the primary key
+    /// refuses a key another writer inserted after the check, with
+    /// `unique_violation`, after waiting for that writer if it has not
+    /// committed yet. Every other chunk is merged.
+    ///
+    /// That `unique_violation` aborts the statement, so the page's first
+    /// COPY is preceded by a savepoint: on a lost race the page rolls back
+    /// to it, its counts go back to what they were there, and every chunk
+    /// of the page from there on is merged instead, which judges the other
+    /// writer's keys by version like any stored row. Only the page's own
+    /// writes since the savepoint are undone, and they are all in memory:
+    /// a streamed day's earlier pages, never to be read again, stay as
+    /// written. Their counts stay exact too: a key they copied was absent
+    /// when the COPY inserted it (the primary key saw to that), and a
+    /// writer that inserts it after waits for this transaction and then
+    /// finds it stored. A batch is one page: one savepoint per apply.
+    ///
+    /// Each savepoint costs one subtransaction id, and the apply's
+    /// transaction keeps them all until it ends: past
+    /// [`MAX_SUBTRANSACTIONS`] (a streamed day's 65th page with a COPY), the
+    /// pages are still copied, without a savepoint, rather than slow every
+    /// other session's snapshots. A race lost there fails the apply with a
+    /// retryable error: the whole day rolls back, and its retry (a job
+    /// retries it) finds the other writer's keys stored and merges them.
+    async fn page(
+        &mut self,
+        tx: &Transaction<'_>,
+        page: &[Record],
+        counts: &mut Counts,
+    ) -> Result<()> {
+        let chunks: Vec<&[Record]> = Chunks::new(page, self.rows, self.bytes).collect();
+        // Since the page's savepoint: the chunk it was taken before, and
+        // the counts then.
+        let mut saved: Option<(usize, Counts)> = None;
+        for (i, chunk) in chunks.iter().enumerate() {
+            let copy = match &self.copy {
+                Some((empty, copy)) => key_range_empty(tx, empty, chunk).await?.then_some(copy),
+                None => None,
+            };
+            let Some(copy) = copy else {
+                merge_records(tx, &self.merge, chunk, counts).await?;
+                continue;
+            };
+            if saved.is_none() && self.subtransactions < MAX_SUBTRANSACTIONS {
+                tx.batch_execute(SAVEPOINT).await.map_err(pg_error)?;
+                self.subtransactions += 1;
+                saved = Some((i, *counts));
+            }
+            match copy_chunk(tx, copy, chunk).await {
+                Ok(copied) => count_copied(chunk, copied, counts)?,
+                Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                    // Past the savepoints an apply may take, a lost race
+                    // aborts the whole transaction: the day is rolled back
+                    // and, being retryable, tried again, when the check
+                    // sees the other writer's keys and merges them.
+                    let Some((from, before)) = saved.take() else {
+                        return Err(Error::backend(
+                            BACKEND,
+                            true,
+                            format!(
+                                "another writer inserted keys of this day while they were \
+                                 copied in (past the first {MAX_SUBTRANSACTIONS} pages, which \
+                                 recover in place); the day was rolled back whole and may be \
+                                 retried: {e}"
+                            ),
+                        ));
+                    };
+                    // The aborted subtransaction leaves the id cache; the
+                    // savepoint, still there, holds the merges instead.
+                    tx.batch_execute(ROLLBACK_TO_SAVEPOINT)
+                        .await
+                        .map_err(pg_error)?;
+                    *counts = before;
+                    for chunk in &chunks[from..] {
+                        merge_records(tx, &self.merge, chunk, counts).await?;
+                    }
+                    saved = Some((from, *counts));
+                    break;
+                }
+                Err(e) => return Err(pg_error(e)),
+            }
+        }
+        if saved.is_some() {
+            tx.batch_execute(RELEASE_SAVEPOINT)
+                .await
+                .map_err(pg_error)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether no stored key lies between the first and the last of `records`.
+async fn key_range_empty(
+    tx: &Transaction<'_>,
+    empty: &Statement,
+    records: &[Record],
+) -> Result<bool> {
+    let (Some(first), Some(last)) = (records.first(), records.last()) else {
+        return Ok(false);
+    };
+    tx.query_one(empty, &[&first.key(), &last.key()])
+        .await
+        .map_err(pg_error)?
+        .try_get(0)
+        .map_err(pg_error)
+}
+
+/// Adds a copied chunk's counts: every record inserted, as itself.
+fn count_copied(records: &[Record], copied: u64, counts: &mut Counts) -> Result<()> {
+    if copied as usize != records.len() {
+        return Err(Error::backend(
+            BACKEND,
+            false,
+            format!("COPY wrote {copied} rows of {}", records.len()),
+        ));
+    }
+    let tombstones = records.iter().filter(|r| r.is_deleted()).count() as u64;
+    counts.inserted += copied - tombstones;
+    counts.deleted += tombstones;
+    Ok(())
+}
+
+/// The days an apply locks, in date order, and whether each is locked
+/// exclusively: the days of its records shared, a listing's own day
+/// exclusively.
+fn days_to_lock(
+    mut days: Vec<NaiveDate>,
+    day: NaiveDate,
+    listing: bool,
+) -> (Vec<NaiveDate>, Vec<bool>) {
+    if listing {
+        if let Err(at) = days.binary_search(&day) {
+            days.insert(at, day);
+        }
+    }
+    let exclusive = days.iter().map(|d| listing && *d == day).collect();
+    (days, exclusive)
+}
+
+/// Copies `records` into the table in their order with binary `COPY`;
+/// returns the number of rows copied.
+async fn copy_chunk(
+    tx: &Transaction<'_>,
+    copy: &Statement,
+    records: &[Record],
+) -> std::result::Result<u64, tokio_postgres::Error> {
+    let sink = tx.copy_in(copy).await?;
+    let writer = BinaryCopyInWriter::new(
+        sink,
+        &[
+            Type::TEXT,
+            Type::DATE,
+            Type::TEXT,
+            Type::TIMESTAMPTZ,
+            Type::BOOL,
+        ],
+    );
+    let mut writer = pin!(writer);
+    for r in records {
+        let (date, at, deleted) = (r.event_date(), r.updated_at(), r.is_deleted());
+        writer
+            .as_mut()
+            .write(&[&r.key(), &date, &r.value(), &at, &deleted])
+            .await?;
+    }
+    writer.finish().await
+}
+
+/// Merges `chunk` (sorted by key) with the conflict-handling merge and adds
+/// its counts; merges the rows another writer raced past again, until none
+/// is left.
+async fn merge_records(
+    tx: &Transaction<'_>,
+    merge: &Statement,
+    chunk: &[Record],
+    counts: &mut Counts,
+) -> Result<()> {
+    let mut pending: Vec<&Record> = chunk.iter().collect();
+    let mut passes = 0;
+    while !pending.is_empty() {
+        passes += 1;
+        if passes > MAX_MERGE_PASSES {
+            return Err(Error::backend(
+                BACKEND,
+                true,
+                format!(
+                    "{} rows kept changing under {MAX_MERGE_PASSES} merges",
+                    pending.len()
+                ),
+            ));
+        }
+        let raced = merge_chunk(tx, merge, &pending, counts).await?;
+        // Rows another writer committed after this statement's snapshot:
+        // the upsert locked them and left them alone, so merging them again
+        // sees them as they now are, for good.
+        pending = raced
+            .iter()
+            .map(|key| {
+                chunk
+                    .binary_search_by(|r| r.key().cmp(key.as_str()))
+                    .map(|i| &chunk[i])
+                    .map_err(|_| Error::backend(BACKEND, false, "raced key not in batch"))
+            })
+            .collect::<Result<_>>()?;
+    }
+    Ok(())
+}
+
+/// Runs the merge statement on `records` (sorted by key), adds its counts
+/// and returns the keys a concurrent writer raced past.
+async fn merge_chunk(
+    tx: &Transaction<'_>,
+    merge: &Statement,
+    records: &[&Record],
+    counts: &mut Counts,
+) -> Result<Vec<String>> {
+    let keys: Vec<&str> = records.iter().map(|r| r.key()).collect();
+    let dates: Vec<NaiveDate> = records.iter().map(|r| r.event_date()).collect();
+    let values: Vec<&str> = records.iter().map(|r| r.value()).collect();
+    let instants: Vec<DateTime<Utc>> = records.iter().map(|r| r.updated_at()).collect();
+    let deleted: Vec<bool> = records.iter().map(|r| r.is_deleted()).collect();
+    let row = tx
+        .query_one(merge, &[&keys, &dates, &values, &instants, &deleted])
+        .await
+        .map_err(pg_error)?;
+    let count = |name: &str| row.get::<_, i64>(name) as u64;
+    counts.inserted += count("inserted");
+    counts.updated += count("updated");
+    counts.deleted += count("deleted");
+    counts.unchanged += count("unchanged");
+    counts.stale += count("stale");
+    let mut raced: Vec<String> = row
+        .get::<_, Option<Vec<String>>>("raced")
+        .unwrap_or_default();
+    raced.sort_unstable();
+    Ok(raced)
+}
+
+/// Refuses the first record whose value could never travel in one protocol
+/// message (see [`MAX_VALUE_BYTES`]).
+pub(crate) fn check_value_sizes(records: &[Record]) -> Result<()> {
+    match records.iter().find(|r| r.value().len() > MAX_VALUE_BYTES) {
+        Some(record) => Err(Error::InvalidRecord {
+            key: record.key().to_owned(),
+            field: Field::Value,
+            problem: Problem::TooLong {
+                len: record.value().len(),
+                max: MAX_VALUE_BYTES,
+            },
+        }),
+        None => Ok(()),
+    }
+}
+
+/// What a record costs in a statement beyond its key and value: array
+/// element lengths, the date and the instant (28 bytes), rounded up.
+const ROW_OVERHEAD: usize = 64;
+
+/// Consecutive slices of records, each at most `rows` records and `bytes`
+/// bytes (key, value and [`ROW_OVERHEAD`] per record), and never empty: a
+/// record larger than `bytes` travels alone.
+#[derive(Debug)]
+struct Chunks<'a> {
+    rest: &'a [Record],
+    rows: usize,
+    bytes: usize,
+}
+
+impl<'a> Chunks<'a> {
+    fn new(records: &'a [Record], rows: usize, bytes: usize) -> Self {
+        Self {
+            rest: records,
+            rows: rows.max(1),
+            bytes,
+        }
+    }
+}
+
+impl<'a> Iterator for Chunks<'a> {
+    type Item = &'a [Record];
+
+    fn next(&mut self) -> Option<&'a [Record]> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let mut size = 0;
+        let mut len = 0;
+        for record in self.rest.iter().take(self.rows) {
+            size += record.key().len() + record.value().len() + ROW_OVERHEAD;
+            if len > 0 && size > self.bytes {
+                break;
+            }
+            len += 1;
+        }
+        let (chunk, rest) = self.rest.split_at(len);
+        self.rest = rest;
+        Some(chunk)
+    }
+}
+
+/// What a listing's key costs in a statement beyond its bytes.
+const KEY_OVERHEAD: usize = 16;
+
+/// One page of a listing cut into consecutive key ranges, each sent in one
+/// statement of at most `bytes` bytes of keys: `(after, upto]` of the key
+/// space (`None`: unbounded) and the listing's keys inside it. The first
+/// range starts after the previous page's last key (`after`), each ends at
+/// its own last key, and the last page's last range runs to the end of
+/// the key space: the ranges of a day's pages cover the whole key space,
+/// in key order, so that every live row of the day is judged by exactly
+/// one statement, and a day of millions of keys never builds one message
+/// near Postgres' 1 GiB limit.
+#[derive(Debug)]
+struct KeyRanges<'a> {
+    rest: &'a [Record],
+    bytes: usize,
+    after: Option<&'a str>,
+    last_page: bool,
+}
+
+/// One range of [`KeyRanges`].
+#[derive(Debug, PartialEq)]
+struct KeyRange<'a> {
+    after: Option<&'a str>,
+    upto: Option<&'a str>,
+    keys: Vec<&'a str>,
+}
+
+impl<'a> KeyRanges<'a> {
+    fn new(page: &'a [Record], bytes: usize, after: Option<&'a str>, last_page: bool) -> Self {
+        Self {
+            rest: page,
+            bytes,
+            after,
+            last_page,
+        }
+    }
+}
+
+impl<'a> Iterator for KeyRanges<'a> {
+    type Item = KeyRange<'a>;
+
+    fn next(&mut self) -> Option<KeyRange<'a>> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let mut size = 0;
+        let mut len = 0;
+        for record in self.rest {
+            size += record.key().len() + KEY_OVERHEAD;
+            if len > 0 && size > self.bytes {
+                break;
+            }
+            len += 1;
+        }
+        let (range, rest) = self.rest.split_at(len);
+        self.rest = rest;
+        let last = range.last().map(Record::key);
+        let upto = match rest.is_empty() && self.last_page {
+            true => None,
+            false => last,
+        };
+        Some(KeyRange {
+            after: std::mem::replace(&mut self.after, last),
+            upto,
+            keys: range.iter().map(Record::key).collect(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn records(sizes: &[usize]) -> Vec<Record> {
+        let day = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
+        let at = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Record::new(format!("{i:04}"), day, "v".repeat(*n), at).unwrap())
+            .collect()
+    }
+
+    fn lengths(records: &[Record], rows: usize, bytes: usize) -> Vec<usize> {
+        Chunks::new(records, rows, bytes)
+            .map(<[Record]>::len)
+            .collect()
+    }
+
+    /// One record's cost with a 4-byte key and an `n`-byte value.
+    fn cost(n: usize) -> usize {
+        4 + n + ROW_OVERHEAD
+    }
+
+    #[test]
+    fn chunks_are_bounded_by_rows() {
+        let r = records(&[1; 7]);
+        assert_eq!(lengths(&r, 3, usize::MAX), [3, 3, 1]);
+        assert_eq!(lengths(&r, 7, usize::MAX), [7]);
+        assert_eq!(lengths(&r, 0, usize::MAX), [1; 7]);
+        assert!(lengths(&[], 3, 100).is_empty());
+    }
+
+    #[test]
+    fn chunks_are_bounded_by_bytes() {
+        let r = records(&[100, 100, 100, 100, 100]);
+        assert_eq!(lengths(&r, 100, 2 * cost(100)), [2, 2, 1]);
+        assert_eq!(lengths(&r, 100, 2 * cost(100) - 1), [1, 1, 1, 1, 1]);
+        assert_eq!(lengths(&r, 2, 10 * cost(100)), [2, 2, 1]);
+    }
+
+    fn ranges<'a>(
+        records: &'a [Record],
+        bytes: usize,
+        after: Option<&'a str>,
+        last: bool,
+    ) -> Vec<(Option<&'a str>, Option<&'a str>, usize)> {
+        KeyRanges::new(records, bytes, after, last)
+            .map(|r| (r.after, r.upto, r.keys.len()))
+            .collect()
+    }
+
+    #[test]
+    fn key_ranges_cover_the_key_space_in_order() {
+        // Keys "0000".."0006": 4 bytes each, 20 with the overhead.
+        let r = records(&[1; 7]);
+        let per_key = 4 + KEY_OVERHEAD;
+        assert_eq!(ranges(&r, 7 * per_key, None, true), [(None, None, 7)]);
+        assert_eq!(
+            ranges(&r, 3 * per_key, None, true),
+            [
+                (None, Some("0002"), 3),
+                (Some("0002"), Some("0005"), 3),
+                (Some("0005"), None, 1),
+            ]
+        );
+        // A page that is not the last ends at its last key; the next one
+        // starts after it.
+        assert_eq!(
+            ranges(&r[..3], 2 * per_key, None, false),
+            [(None, Some("0001"), 2), (Some("0001"), Some("0002"), 1)]
+        );
+        assert_eq!(
+            ranges(&r[3..], 100 * per_key, Some("0002"), true),
+            [(Some("0002"), None, 4)]
+        );
+        // A key larger than a range travels alone.
+        assert_eq!(
+            ranges(&r[..2], 1, None, true),
+            [(None, Some("0000"), 1), (Some("0000"), None, 1)]
+        );
+        // No keys, no range: the caller covers what is left.
+        assert!(ranges(&[], 100, Some("0002"), true).is_empty());
+        let keys: Vec<&str> = KeyRanges::new(&r, per_key, None, true)
+            .flat_map(|r| r.keys)
+            .collect();
+        assert_eq!(keys, r.iter().map(Record::key).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_record_larger_than_a_chunk_travels_alone() {
+        let r = records(&[10, 1_000, 10, 10]);
+        assert_eq!(lengths(&r, 100, 2 * cost(10)), [1, 1, 2]);
+        let chunks: Vec<_> = Chunks::new(&r, 100, 1).collect();
+        assert_eq!(chunks.concat(), r, "every record, in order, once");
+    }
+}
