@@ -231,7 +231,7 @@ pub async fn cancelled_backfill_leaves_whole_days(store: &dyn Store) {
     };
     let job = quick_job().concurrency(2);
     let run = job.backfill(store, &fetch, day(330)..=day(349));
-    let mut run = std::pin::pin!(run);
+    let mut run = Box::pin(run);
     // Until both hung days have started (however slow the store's days
     // before them are), and a moment more; then the run is dropped.
     let hung = async {
