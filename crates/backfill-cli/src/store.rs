@@ -86,12 +86,15 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
     let url = StoreUrl::parse(&args.store).map_err(|e| Failure::Config(e.to_string()))?;
     let shown = redact(&args.store);
     let secret = password(&args.store);
+    // The driver's message is scrubbed of the password, should it ever
+    // quote it; the URL is shown already redacted (scrubbing it again
+    // would also hide a user or database that happens to equal it).
     let scrub = |error: backfill_core::Error| {
-        let mut text = format!("{error} (store {shown})");
+        let mut text = error.to_string();
         if let Some(secret) = &secret {
             text = text.replace(secret.as_str(), "***");
         }
-        Failure::Store(text)
+        Failure::Store(format!("{text} (store {shown})"))
     };
     match url {
         StoreUrl::Sqlite(path) => {

@@ -536,6 +536,19 @@ fn a_bad_store_is_exit_1_without_the_password() {
         "{stderr}"
     );
 
+    // A password equal to the user name: the user is still shown.
+    let output = run(range(&mut backfill(dir.path()), 1, 2).args([
+        "--store",
+        "postgres://hunter2:hunter2@127.0.0.1:1/db",
+        "--fetch-cmd",
+        &fetch,
+    ]));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("postgres://hunter2:***@127.0.0.1:1/db"),
+        "{stderr}"
+    );
+
     let output = run(backfill(dir.path()).args([
         "status",
         "--from",
