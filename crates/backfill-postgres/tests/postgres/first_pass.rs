@@ -5,10 +5,11 @@
 //! the reference store's.
 
 use backfill_core::{upsert, Counts, MemoryStore, Record, Store, WriteOptions};
-use backfill_postgres::tokio_postgres::{Client, Config, NoTls};
 use backfill_postgres::PostgresStore;
 use backfill_testkit as testkit;
 use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
+
+use super::{admin, insert_behind_the_store, physical_rows};
 
 fn day() -> NaiveDate {
     NaiveDate::from_ymd_opt(2026, 3, 1).unwrap()
@@ -24,38 +25,6 @@ fn live(i: usize, value: &str, secs: i64) -> Record {
 
 fn tombstone(i: usize, secs: i64) -> Record {
     Record::tombstone(format!("fp/{i:04}"), day(), at(secs)).unwrap()
-}
-
-/// A connection of its own, for the other writer.
-async fn other_writer(url: &str) -> Client {
-    let (client, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
-    tokio::spawn(connection);
-    client
-}
-
-/// Inserts `records` from `client`, inside whatever transaction it has open.
-async fn insert_behind_the_store(client: &Client, store: &PostgresStore, records: &[Record]) {
-    let sql = format!(
-        "INSERT INTO \"{}\".\"{}\" (key, event_date, value, updated_at, deleted) \
-         VALUES ($1, $2, $3, $4, $5)",
-        store.schema(),
-        store.table()
-    );
-    for r in records {
-        client
-            .execute(
-                &sql,
-                &[
-                    &r.key(),
-                    &r.event_date(),
-                    &r.value(),
-                    &r.updated_at(),
-                    &r.is_deleted(),
-                ],
-            )
-            .await
-            .unwrap();
-    }
 }
 
 /// `(inserted, updated, deleted, unchanged, stale)`.
@@ -116,7 +85,7 @@ async fn keys_inserted_after_the_check_are_judged_by_version_and_counted_once() 
         "the reference's counts: 280 comes back to life (inserted), 250 is updated"
     );
 
-    let other = other_writer(&url).await;
+    let other = admin(&url).await;
     other.batch_execute("BEGIN").await.unwrap();
     insert_behind_the_store(&other, &store, &theirs).await;
     let task = {
@@ -137,20 +106,7 @@ async fn keys_inserted_after_the_check_are_judged_by_version_and_counted_once() 
     let ledger = store.ledger(day()..=day()).await.unwrap();
     assert_eq!(ledger[0].synced.as_ref().unwrap().counts, expected);
     // The undone COPY left dead tuples, never a second live one.
-    let client = store.pool().get().await.unwrap();
-    let rows: i64 = client
-        .query_one(
-            &format!(
-                "SELECT count(*) FROM \"{}\".\"{}\"",
-                store.schema(),
-                store.table()
-            ),
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(rows, 300);
+    assert_eq!(physical_rows(&store).await, 300);
 }
 
 /// The other writer gives up (rolls back) instead: the COPY that waited
@@ -167,7 +123,7 @@ async fn a_concurrent_insert_rolled_back_leaves_the_copy_alone() {
         .await
         .unwrap();
     let ours: Vec<Record> = (0..250).map(|i| live(i, "ours", 10)).collect();
-    let other = other_writer(&url).await;
+    let other = admin(&url).await;
     other.batch_execute("BEGIN").await.unwrap();
     insert_behind_the_store(&other, &store, &[live(120, "theirs", 20)]).await;
     let task = {

@@ -35,7 +35,9 @@ mod retry;
 #[cfg(feature = "tls")]
 mod tls;
 
+use backfill_core::Record;
 use backfill_postgres::tokio_postgres::{Client, Config, NoTls};
+use backfill_postgres::PostgresStore;
 
 /// A connection of its own to the test server (a superuser), for setting up
 /// what a test needs behind the store's back.
@@ -48,4 +50,34 @@ async fn admin(url: &str) -> Client {
         .expect("connecting to the test Postgres");
     tokio::spawn(connection);
     client
+}
+
+/// Inserts `records` into the store's table from `client`, inside whatever
+/// transaction it has open: another writer, racing the store.
+async fn insert_behind_the_store(client: &Client, store: &PostgresStore, records: &[Record]) {
+    let sql = format!(
+        "INSERT INTO \"{}\".\"{}\" (key, event_date, value, updated_at, deleted) \
+         VALUES ($1, $2, $3, $4, $5)",
+        store.schema(),
+        store.table()
+    );
+    for r in records {
+        let (date, at, deleted) = (r.event_date(), r.updated_at(), r.is_deleted());
+        client
+            .execute(&sql, &[&r.key(), &date, &r.value(), &at, &deleted])
+            .await
+            .unwrap();
+    }
+}
+
+/// Every row of the store's table, tombstones and all: a key stored twice
+/// would show here.
+async fn physical_rows(store: &PostgresStore) -> i64 {
+    let client = store.pool().get().await.unwrap();
+    let sql = format!(
+        "SELECT count(*) FROM \"{}\".\"{}\"",
+        store.schema(),
+        store.table()
+    );
+    client.query_one(&sql, &[]).await.unwrap().get(0)
 }

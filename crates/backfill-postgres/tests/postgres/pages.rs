@@ -8,11 +8,12 @@ use backfill_core::{
     upsert, upsert_stream, Counts, Error, MemoryStore, Mode, Record, ReplaceGuard, Store,
     WriteOptions,
 };
-use backfill_postgres::tokio_postgres::{Client, Config, NoTls};
 use backfill_postgres::PostgresStore;
 use backfill_testkit as testkit;
 use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
 use futures_util::stream;
+
+use super::{admin, insert_behind_the_store, physical_rows};
 
 fn day() -> NaiveDate {
     NaiveDate::from_ymd_opt(2026, 4, 1).unwrap()
@@ -159,13 +160,6 @@ async fn many_pages_equal_one_batch() {
     }
 }
 
-/// A connection of its own.
-async fn connect(url: &str) -> Client {
-    let (client, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
-    tokio::spawn(connection);
-    client
-}
-
 /// A store error in the last page (a trigger refuses one key) after many
 /// pages were written, copied and merged: the day fails, and the table
 /// and the ledger are as they were.
@@ -178,7 +172,7 @@ async fn an_error_in_a_late_page_leaves_nothing_of_the_day() {
     upsert(&store, day(), seed(), WriteOptions::default())
         .await
         .unwrap();
-    let admin = connect(&url).await;
+    let admin = admin(&url).await;
     let table = format!("\"{}\".\"{}\"", store.schema(), store.table());
     admin
         .batch_execute(&format!(
@@ -222,23 +216,6 @@ async fn an_error_in_a_late_page_leaves_nothing_of_the_day() {
     }
 }
 
-/// Inserts `records` from `client`, inside whatever transaction it has open.
-async fn insert_behind_the_store(client: &Client, store: &PostgresStore, records: &[Record]) {
-    let sql = format!(
-        "INSERT INTO \"{}\".\"{}\" (key, event_date, value, updated_at, deleted) \
-         VALUES ($1, $2, $3, $4, $5)",
-        store.schema(),
-        store.table()
-    );
-    for r in records {
-        let (date, at, deleted) = (r.event_date(), r.updated_at(), r.is_deleted());
-        client
-            .execute(&sql, &[&r.key(), &date, &r.value(), &at, &deleted])
-            .await
-            .unwrap();
-    }
-}
-
 /// Another writer inserts keys of two later pages and holds them
 /// uncommitted while a stream of 100 pages is applied: one in a page that
 /// is copied (its COPY waits, then loses the race: that page alone is
@@ -275,7 +252,7 @@ async fn a_concurrent_writer_in_a_later_page_is_counted_once() {
         (194, 5, 1)
     );
 
-    let other = connect(&url).await;
+    let other = admin(&url).await;
     other.batch_execute("BEGIN").await.unwrap();
     insert_behind_the_store(&other, &store, &theirs).await;
     let task = {
@@ -292,20 +269,7 @@ async fn a_concurrent_writer_in_a_later_page_is_counted_once() {
         reference.rows_with_tombstones().await.unwrap()
     );
     assert_eq!(ledger(&store).await.unwrap().0, expected);
-    let client = store.pool().get().await.unwrap();
-    let rows: i64 = client
-        .query_one(
-            &format!(
-                "SELECT count(*) FROM \"{}\".\"{}\"",
-                store.schema(),
-                store.table()
-            ),
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(rows, 200);
+    assert_eq!(physical_rows(&store).await, 200);
 }
 
 /// Past the savepoints an apply may take, a COPY that loses a race to
@@ -330,7 +294,7 @@ async fn a_race_lost_past_the_savepoints_rolls_the_day_back_for_a_retry() {
         .unwrap();
     assert_eq!((expected.inserted, expected.stale), (199, 1));
 
-    let other = connect(&url).await;
+    let other = admin(&url).await;
     other.batch_execute("BEGIN").await.unwrap();
     insert_behind_the_store(&other, &store, &theirs).await;
     let task = {
