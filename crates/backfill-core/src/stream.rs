@@ -39,7 +39,9 @@ fn winner_first(a: &Record, b: &Record) -> Ordering {
         .then_with(|| b.cmp_version(a))
 }
 
-/// Sorts by key, keeps each key's winner, returns how many were dropped.
+/// Sorts by key (the order stores write in, so that writers cannot
+/// deadlock), keeps each key's winner, returns how many were dropped: the
+/// collapse of a batch and of each run of a streamed day.
 pub(crate) fn sort_and_collapse(records: &mut Vec<Record>) -> u64 {
     let before = records.len();
     records.sort_unstable_by(winner_first);

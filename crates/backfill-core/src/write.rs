@@ -7,7 +7,7 @@ use crate::error::{fetch_error, BoxError, Error, Result};
 use crate::ledger::SyncStamp;
 use crate::record::Record;
 use crate::store::{Batch, Counts, Mode, ReplaceGuard, Store};
-use crate::stream::{Ingest, DEFAULT_STREAM_MEMORY};
+use crate::stream::{sort_and_collapse, Ingest, DEFAULT_STREAM_MEMORY};
 
 /// Whether a day's batch may hold records of other days.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -168,20 +168,11 @@ where
             });
         }
     }
-    let mut counts = store.apply(&batch).await?;
-    if counts.applied() != batch.len() as u64 {
-        return Err(Error::backend(
-            "core",
-            false,
-            format!(
-                "{store:?} reported {} records applied for a batch of {}",
-                counts.applied(),
-                batch.len()
-            ),
-        ));
-    }
-    counts.collapsed = batch.collapsed();
-    Ok(counts)
+    let counts = store.apply(&batch).await?;
+    Ok(Counts {
+        collapsed: batch.collapsed(),
+        ..accounted(store, counts, batch.len() as u64, true)?
+    })
 }
 
 /// [`upsert`] for a day that arrives as a stream of chunks, in memory
@@ -261,21 +252,36 @@ where
     let stamp = stamp();
     let as_of = options.as_of.unwrap_or(stamp.at);
     let mut pages = ingest.finish(options.mode, as_of, options.guard, stamp)?;
-    let mut counts = store.apply_pages(&mut pages).await?;
-    if !pages.is_done() || counts.applied() != pages.read() {
-        return Err(Error::backend(
-            "core",
-            false,
-            format!(
-                "{store:?} reported {} records applied for a streamed day of {} (read to the end: {})",
-                counts.applied(),
-                pages.read(),
-                pages.is_done()
-            ),
-        ));
+    let counts = store.apply_pages(&mut pages).await?;
+    Ok(Counts {
+        collapsed: pages.collapsed(),
+        ..accounted(store, counts, pages.read(), pages.is_done())?
+    })
+}
+
+/// `counts` if the store accounted for every record it was given
+/// (`expected`, all of them read), else an error naming the store: a
+/// store that loses records must not be trusted with the ledger.
+fn accounted<S>(store: &S, counts: Counts, expected: u64, read_all: bool) -> Result<Counts>
+where
+    S: Store + ?Sized,
+{
+    if read_all && counts.applied() == expected {
+        return Ok(counts);
     }
-    counts.collapsed = pages.collapsed();
-    Ok(counts)
+    Err(Error::backend(
+        "core",
+        false,
+        format!(
+            "{store:?} reported {} records applied of {expected}{}",
+            counts.applied(),
+            if read_all {
+                ""
+            } else {
+                " (and did not read the whole day)"
+            }
+        ),
+    ))
 }
 
 /// Validates and collapses into a batch. `now` gives a replace its `as_of`
@@ -297,17 +303,8 @@ pub(crate) fn prepare(
             });
         }
     }
-    let before = records.len();
-    // Key order (the order stores write in), and within a key the winning
-    // version first, so dedup keeps exactly the winner.
-    records.sort_unstable_by(|a, b| {
-        a.key()
-            .as_bytes()
-            .cmp(b.key().as_bytes())
-            .then_with(|| b.cmp_version(a))
-    });
-    records.dedup_by(|later, first| later.key() == first.key());
-    let collapsed = (before - records.len()) as u64;
+    // Key order (the order stores write in), each key's winner kept.
+    let collapsed = sort_and_collapse(&mut records);
     let as_of = options.as_of.unwrap_or_else(now);
     Ok(Batch::new(
         day,
