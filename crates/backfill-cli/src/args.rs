@@ -106,11 +106,11 @@ pub(crate) struct FetchArgs {
     /// (YYYY-MM-DD, also in $BACKFILL_DAY); it prints the day's records as
     /// JSON Lines on stdout. Exit 0: success; 75: transient failure,
     /// retried; anything else: the day failed (the end of stderr says why).
-    #[arg(long, value_name = "COMMAND", env = "BACKFILL_FETCH_CMD")]
+    #[arg(long, value_name = "COMMAND", env = "BACKFILL_FETCH_CMD", value_parser = non_blank)]
     pub(crate) fetch_cmd: Option<String>,
     /// A path with `{day}` in it: the day's records as JSON Lines. A missing
     /// file fails its day.
-    #[arg(long, value_name = "PATH", env = "BACKFILL_FETCH_FILES")]
+    #[arg(long, value_name = "PATH", env = "BACKFILL_FETCH_FILES", value_parser = non_blank)]
     pub(crate) fetch_files: Option<String>,
 }
 
@@ -276,6 +276,15 @@ impl DayArg {
             DayArg::Today => today,
             DayArg::Yesterday => today.pred_opt().unwrap_or(today),
         }
+    }
+}
+
+/// A command or a path: an empty one would fetch nothing, every day.
+fn non_blank(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        Err("must not be empty".to_owned())
+    } else {
+        Ok(s.to_owned())
     }
 }
 

@@ -615,6 +615,24 @@ fn usage_errors_exit_1_and_help_has_examples() {
             "3/3",
         ],
         vec!["sync", "--tz", "Mars/Olympus", "--fetch-cmd", "true"],
+        vec![
+            "backfill",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-02",
+            "--fetch-cmd",
+            "",
+        ],
+        vec![
+            "backfill",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-02",
+            "--fetch-files",
+            "  ",
+        ],
         vec!["frobnicate"],
     ] {
         let output = run(backfill(dir.path()).args(&args));
