@@ -33,8 +33,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use backfill_core::{
-    adapter, backfill, sync_day, upsert, upsert_stream, BackfillError, Batch, BoxError, Clock,
-    Counts, DayFailure, DayPages, DayReport, DayState, DayStatus, Digest, Error, Event, EventDates,
+    adapter, backfill, sync_day, upsert, upsert_stream, BackfillError, BoxError, Clock, Counts,
+    DayFailure, DayReport, DayState, DayStatus, DayWrite, Digest, Error, Event, EventDates,
     FailedDay, Fetch, Fetched, Field, FixedClock, Job, LedgerEntry, MemoryStore, Mode, NotSelected,
     ParseShardError, Problem, Record, RecordStream, Refusal, ReplaceGuard, Result, Retry, RunId,
     RunReport, Select, Shard, Status, StopHandle, Store, SyncStamp, SyncedDay, SystemClock,
@@ -63,7 +63,7 @@ pub mod sqlite {
 pub mod postgres {
     pub use backfill_postgres::{
         deadpool_postgres, tokio_postgres, Difference, PostgresStore, PostgresStoreBuilder,
-        TableMismatch, DEFAULT_CHUNK_BYTES, DEFAULT_CHUNK_ROWS, DEFAULT_SCHEMA, DEFAULT_TABLE,
+        TableMismatch, DEFAULT_PAGE_BYTES, DEFAULT_PAGE_ROWS, DEFAULT_SCHEMA, DEFAULT_TABLE,
         MAX_VALUE_BYTES,
     };
 }

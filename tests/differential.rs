@@ -153,7 +153,7 @@ fn listings_agree_byte_for_byte() {
                             options = options
                                 .mode(Mode::Replace)
                                 .as_of(at + Duration::microseconds(*as_of))
-                                .guard(ReplaceGuard::off());
+                                .replace_guard(ReplaceGuard::off());
                         }
                         let records = versions.iter().map(version).collect();
                         let day = base + Duration::days(*d);

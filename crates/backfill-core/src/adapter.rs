@@ -4,7 +4,9 @@
 //! is given, so that no adapter ever formats an unchecked name into SQL and
 //! every adapter accepts exactly the same names.
 
-use crate::error::{Error, Result};
+use crate::counts::Mode;
+use crate::error::{Error, Field, Problem, Result};
+use crate::record::Record;
 
 /// The longest table or schema name: Postgres' identifier limit, in bytes.
 pub const MAX_IDENTIFIER_BYTES: usize = 63;
@@ -45,6 +47,45 @@ pub fn check_identifier(what: &'static str, name: &str) -> Result<()> {
             what,
             name: name.to_owned(),
         })
+    }
+}
+
+/// Refuses the first record whose value is longer than `max` bytes, the
+/// most a store's engine takes in one row or message: an invalid record
+/// named by its key, before anything of its page is written, rather than
+/// the engine's own opaque error halfway through.
+///
+/// # Errors
+///
+/// [`Error::InvalidRecord`] with [`Problem::TooLong`] on the value.
+pub fn check_value_sizes(records: &[Record], max: usize) -> Result<()> {
+    match records.iter().find(|r| r.value().len() > max) {
+        Some(record) => Err(Error::InvalidRecord {
+            key: record.key().to_owned(),
+            field: Field::Value,
+            problem: Problem::TooLong {
+                len: record.value().len(),
+                max,
+            },
+        }),
+        None => Ok(()),
+    }
+}
+
+/// How a ledger spells a mode: `"merge"` or `"replace"`.
+pub fn mode_text(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Merge => "merge",
+        Mode::Replace => "replace",
+    }
+}
+
+/// A mode from its ledger spelling ([`mode_text`]), or `None`.
+pub fn parse_mode(text: &str) -> Option<Mode> {
+    match text {
+        "merge" => Some(Mode::Merge),
+        "replace" => Some(Mode::Replace),
+        _ => None,
     }
 }
 

@@ -4,6 +4,7 @@ use std::fmt;
 
 use chrono::NaiveDate;
 
+use crate::guard::Refusal;
 use crate::job::BackfillError;
 
 /// A boxed error from a fetch function or a storage driver.
@@ -58,7 +59,7 @@ pub enum Error {
         /// The day's live rows when the replace was refused.
         live: u64,
         /// Which rule refused it.
-        reason: crate::store::Refusal,
+        reason: Refusal,
     },
 
     /// A backfill range whose start is after its end.
@@ -135,6 +136,23 @@ pub enum Error {
         retryable: bool,
         /// The driver's error.
         source: BoxError,
+    },
+
+    /// A streamed day could not be kept in, or read back from, a temporary
+    /// file (a full or unwritable temporary directory: `TMPDIR`). Nothing
+    /// of the day was written.
+    #[error("cannot keep a streamed day in a temporary file: {0}")]
+    Spill(#[source] std::io::Error),
+
+    /// A store broke the [`Store`](crate::Store) contract: it did not read
+    /// every record of a day, or did not account for each in its counts.
+    /// The day's ledger row is not trusted; not retryable.
+    #[error("{store} broke the store contract: {reason}")]
+    BrokenContract {
+        /// The store, as its `Debug` shows it.
+        store: String,
+        /// What it did.
+        reason: String,
     },
 
     /// Some days of a backfill failed; every other day was attempted.

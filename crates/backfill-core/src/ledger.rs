@@ -6,7 +6,7 @@ use std::fmt;
 
 use chrono::{DateTime, NaiveDate, Utc};
 
-use crate::store::{Counts, Mode};
+use crate::counts::{Counts, Mode};
 
 /// The longest error text a ledger keeps for a failed day, in bytes; a
 /// longer one is cut at a character boundary and marked with `…`.
@@ -105,9 +105,9 @@ impl Digest {
         Some(Self(bytes))
     }
 
-    /// The digest of a batch's records, sorted by key with unique keys (as
-    /// a [`Batch`](crate::Batch) holds them, and as a day's rows read back
-    /// from a store come).
+    /// The digest of a day's records, sorted by key with unique keys (as a
+    /// [`DayWrite`](crate::DayWrite) hands them out, and as a day's rows
+    /// read back from a store come).
     pub fn of(records: &[crate::Record]) -> Self {
         let mut digest = DigestBuilder::default();
         for record in records {

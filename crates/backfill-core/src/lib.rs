@@ -8,10 +8,11 @@
 //!
 //! - A [`Record`] is a keyed, dated, versioned row, valid by construction.
 //! - For one key, the version with the greatest
-//!   `(updated_at, value, event_date)` wins ([`Record::supersedes`]); the
-//!   order is total, so the winner never depends on arrival order.
-//! - [`upsert`] validates a day's records, collapses duplicate keys and hands
-//!   the [`Batch`] to a [`Store`], which applies it in one transaction with
+//!   `(updated_at, deleted, value, event_date)` wins ([`Record::supersedes`]);
+//!   the order is total, so the winner never depends on arrival order.
+//! - [`upsert`] (or [`upsert_stream`], for a day too large to hold)
+//!   validates a day's records, collapses duplicate keys and hands the
+//!   [`DayWrite`] to a [`Store`], which applies it in one transaction with
 //!   its engine's own conditional upsert. Identical rows are not written.
 //! - A [`Job`] ([`sync_day`], [`backfill`], and the daily
 //!   [`Job::sync_with_lookback`]) fetches through your [`Fetch`] function
@@ -56,8 +57,10 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod adapter;
+mod counts;
 mod error;
 mod fetch;
+mod guard;
 mod job;
 mod ledger;
 mod memory;
@@ -70,8 +73,10 @@ mod write;
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 
+pub use counts::{Counts, Mode};
 pub use error::{BoxError, Error, Field, Problem, Result, Transient};
 pub use fetch::{Fetch, Fetched, RecordStream};
+pub use guard::{Refusal, ReplaceGuard};
 pub use job::{
     backfill, sync_day, BackfillError, Clock, DayReport, DayStatus, Event, FailedDay, FixedClock,
     Job, NotSelected, ParseShardError, Retry, RunReport, Select, Shard, Status, StopHandle,
@@ -82,10 +87,10 @@ pub use ledger::{
     MAX_RUN_ID_BYTES,
 };
 pub use memory::MemoryStore;
-pub use record::{Record, MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
-pub use store::{Batch, Counts, Mode, Refusal, ReplaceGuard, Store};
-pub use stream::{DayPages, DEFAULT_STREAM_MEMORY};
-pub use write::{upsert, upsert_stream, EventDates, WriteOptions};
+pub use record::{EventDates, Record, MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
+pub use store::Store;
+pub use stream::{DayWrite, DEFAULT_STREAM_MEMORY};
+pub use write::{upsert, upsert_stream, WriteOptions};
 
 /// What the `conformance_tests!` macro's expansion needs, by a path that
 /// resolves wherever it expands. Not public API.

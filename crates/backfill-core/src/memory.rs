@@ -8,10 +8,12 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 
+use crate::counts::Counts;
 use crate::error::Result;
 use crate::ledger::{DayFailure, LedgerEntry};
 use crate::record::Record;
-use crate::store::{Batch, Counts, Store};
+use crate::store::Store;
+use crate::stream::DayWrite;
 
 /// A store in a `BTreeMap`, written as plainly as the contract reads.
 ///
@@ -97,11 +99,13 @@ impl Store for MemoryStore {
         Ok(self.lock().rows.values().cloned().collect())
     }
 
-    async fn apply(&self, batch: &Batch) -> Result<Counts> {
-        // Refuse the whole batch before touching anything: atomic by
+    async fn apply(&self, mut day: DayWrite) -> Result<Counts> {
+        // The whole day in memory: this store holds everything there.
+        let records = day.read_all()?;
+        // Refuse the whole day before touching anything: atomic by
         // construction, since every decision is made before the first
         // mutation.
-        for record in batch.records() {
+        for record in &records {
             record.validate()?;
         }
         let mut state = self.lock();
@@ -109,9 +113,9 @@ impl Store for MemoryStore {
         let mut counts = Counts::default();
 
         // 1–2. Merge each record; a live record that would be written at
-        // or before its day's watermark (as it was before this batch) is
+        // or before its day's watermark (as it was before this write) is
         // written as its own tombstone.
-        for record in batch.records() {
+        for record in &records {
             let stored = state.rows.get(record.key());
             match stored {
                 Some(stored) if stored == record => counts.unchanged += 1,
@@ -138,18 +142,17 @@ impl Store for MemoryStore {
         // 3. A listing: the day's live rows it lacks, not newer than
         // `as_of`, become their own tombstones.
         let mut unlisted = Vec::new();
-        if let Some(as_of) = batch.as_of() {
+        if let Some(as_of) = day.as_of() {
             let written: BTreeMap<&str, &Record> = writes.iter().map(|r| (r.key(), r)).collect();
             let mut live = 0u64;
             for (key, stored) in &state.rows {
                 // The day's rows as they are after the merge above.
                 let row = written.get(key.as_str()).copied().unwrap_or(stored);
-                if row.is_deleted() || row.event_date() != batch.day() {
+                if row.is_deleted() || row.event_date() != day.day() {
                     continue;
                 }
                 live += 1;
-                let listed = batch
-                    .records()
+                let listed = records
                     .binary_search_by(|r| r.key().cmp(key.as_str()))
                     .is_ok();
                 if !listed && row.updated_at() <= as_of {
@@ -161,11 +164,11 @@ impl Store for MemoryStore {
                 .iter()
                 .filter(|r| {
                     !r.is_deleted()
-                        && r.event_date() == batch.day()
+                        && r.event_date() == day.day()
                         && !state.rows.contains_key(r.key())
                 })
                 .count() as u64;
-            batch.check_replace(unlisted.len() as u64, live)?;
+            day.check_replace(unlisted.len() as u64, live)?;
             counts.deleted += unlisted.len() as u64;
             counts.unlisted = unlisted.len() as u64;
         }
@@ -176,12 +179,12 @@ impl Store for MemoryStore {
         }
         let entry = state
             .days
-            .entry(batch.day())
-            .or_insert_with(|| LedgerEntry::new(batch.day()));
-        if let Some(as_of) = batch.as_of() {
+            .entry(day.day())
+            .or_insert_with(|| LedgerEntry::new(day.day()));
+        if let Some(as_of) = day.as_of() {
             entry.listing_watermark = entry.listing_watermark.max(Some(as_of));
         }
-        entry.synced = Some(batch.synced(counts));
+        entry.synced = Some(day.synced(counts));
         entry.failure = None;
         Ok(counts)
     }

@@ -304,6 +304,18 @@ fn truncate_to_micros(at: DateTime<Utc>) -> DateTime<Utc> {
     at.trunc_subsecs(6)
 }
 
+/// Whether a day's batch may hold records of other days.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EventDates {
+    /// Every record's `event_date` must be the day being synced; anything
+    /// else is a fetch bug and rejects the batch (the default).
+    #[default]
+    Strict,
+    /// Records of other days are accepted and merged like any other.
+    Lenient,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,25 +1,22 @@
-//! [`upsert`]: the one write path. Every row any job writes goes through it.
+//! The one write path. Every row any job writes goes through it.
+//!
+//! Two entry points, by how a day's records arrive: [`upsert`] for a `Vec`
+//! in memory, [`upsert_stream`] for a stream of chunks too large to hold.
+//! A [`Job`](crate::Job) takes either from its [`Fetch`](crate::Fetch) and
+//! adds retries, the ledger's run id and its clock; inside the crate, both
+//! become a [`DayWrite`] ([`whole_day`], [`streamed_day`]) that
+//! [`write_day`] hands to the store.
 
 use chrono::{DateTime, NaiveDate, Utc};
 use futures_util::{Stream, StreamExt};
 
+use crate::counts::{Counts, Mode};
 use crate::error::{fetch_error, BoxError, Error, Result};
+use crate::guard::ReplaceGuard;
 use crate::ledger::SyncStamp;
-use crate::record::Record;
-use crate::store::{Batch, Counts, Mode, ReplaceGuard, Store};
-use crate::stream::{sort_and_collapse, Ingest, DEFAULT_STREAM_MEMORY};
-
-/// Whether a day's batch may hold records of other days.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum EventDates {
-    /// Every record's `event_date` must be the day being synced; anything
-    /// else is a fetch bug and rejects the batch (the default).
-    #[default]
-    Strict,
-    /// Records of other days are accepted and merged like any other.
-    Lenient,
-}
+use crate::record::{EventDates, Record};
+use crate::store::Store;
+use crate::stream::{sort_and_collapse, DayWrite, Header, Ingest, Tally, DEFAULT_STREAM_MEMORY};
 
 /// How [`upsert`] applies a batch.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -39,7 +36,7 @@ pub struct WriteOptions {
     pub as_of: Option<DateTime<Utc>>,
     /// What a replace may delete (default [`ReplaceGuard::default`]: an
     /// empty listing may not empty a day).
-    pub guard: ReplaceGuard,
+    pub replace_guard: ReplaceGuard,
     /// In merge mode, skip the write of a batch whose digest is that of
     /// its day's last successful apply (default false): nothing is read
     /// from the table or written, and the records are counted `skipped`.
@@ -73,8 +70,8 @@ impl WriteOptions {
     }
 
     /// Sets what a replace may delete.
-    pub fn guard(mut self, guard: ReplaceGuard) -> Self {
-        self.guard = guard;
+    pub fn replace_guard(mut self, guard: ReplaceGuard) -> Self {
+        self.replace_guard = guard;
         self
     }
 
@@ -136,43 +133,11 @@ pub async fn upsert<S>(
 where
     S: Store + ?Sized,
 {
-    let now = Utc::now();
     let stamp = SyncStamp {
-        at: now,
+        at: Utc::now(),
         run_id: None,
     };
-    upsert_stamped(store, day, records, options, stamp).await
-}
-
-/// [`upsert`] for a run: the ledger row names the run and the job's clock.
-pub(crate) async fn upsert_stamped<S>(
-    store: &S,
-    day: NaiveDate,
-    records: Vec<Record>,
-    options: WriteOptions,
-    stamp: SyncStamp,
-) -> Result<Counts>
-where
-    S: Store + ?Sized,
-{
-    let at = stamp.at;
-    let batch = prepare(day, records, options, stamp, || at)?;
-    if options.skip_unchanged && options.mode == Mode::Merge {
-        let last = store.ledger(day..=day).await?;
-        let applied = last.first().and_then(|entry| entry.synced.as_ref());
-        if applied.is_some_and(|synced| synced.digest == batch.digest()) {
-            return Ok(Counts {
-                skipped: batch.len() as u64,
-                collapsed: batch.collapsed(),
-                ..Counts::default()
-            });
-        }
-    }
-    let counts = store.apply(&batch).await?;
-    Ok(Counts {
-        collapsed: batch.collapsed(),
-        ..accounted(store, counts, batch.len() as u64, true)?
-    })
+    write_day(store, whole_day(day, records, options, stamp)?, options).await
 }
 
 /// [`upsert`] for a day that arrives as a stream of chunks, in memory
@@ -185,7 +150,7 @@ where
 /// error from the stream is returned as [`Error::Fetch`], a bad record as
 /// [`Error::InvalidRecord`] or [`Error::WrongDay`] naming its key, and the
 /// day is left as it was. The records are then applied page by page
-/// through [`Store::apply_pages`].
+/// through [`Store::apply`].
 ///
 /// `skip_unchanged` does not apply: a stream's digest is known only at its
 /// end (an identical stream still writes nothing).
@@ -223,76 +188,74 @@ where
     E: Into<BoxError>,
 {
     let chunks = chunks.map(|chunk| chunk.map_err(Into::into));
-    upsert_stream_stamped(store, day, Box::pin(chunks), options, || SyncStamp {
+    let stamp = || SyncStamp {
         at: Utc::now(),
         run_id: None,
-    })
-    .await
+    };
+    let write = streamed_day(day, Box::pin(chunks), options, stamp).await?;
+    write_day(store, write, options).await
 }
 
-/// [`upsert_stream`] for a run; `stamp` is taken once the stream ended.
-pub(crate) async fn upsert_stream_stamped<S>(
-    store: &S,
-    day: NaiveDate,
-    mut chunks: std::pin::Pin<
-        Box<dyn Stream<Item = std::result::Result<Vec<Record>, BoxError>> + Send + '_>,
-    >,
-    options: WriteOptions,
-    stamp: impl FnOnce() -> SyncStamp,
-) -> Result<Counts>
+/// Applies a day's write to the store, the one hop every write takes:
+/// skipped by its digest when the options say so and the digest is that of
+/// the day's last successful apply, else handed to [`Store::apply`], whose
+/// counts are checked against the records it was given.
+pub(crate) async fn write_day<S>(store: &S, day: DayWrite, options: WriteOptions) -> Result<Counts>
 where
     S: Store + ?Sized,
 {
-    let budget = options.stream_memory.unwrap_or(DEFAULT_STREAM_MEMORY);
-    let mut ingest = Ingest::new(day, options.event_dates, budget);
-    while let Some(chunk) = chunks.next().await {
-        ingest.push(chunk.map_err(|source| fetch_error(day, source))?)?;
+    let date = day.day();
+    if let Some(digest) = day.known_digest().filter(|_| options.skips_unchanged()) {
+        let last = store.ledger(date..=date).await?;
+        let applied = last.first().and_then(|entry| entry.synced.as_ref());
+        if applied.is_some_and(|synced| synced.digest == digest) {
+            return Ok(Counts {
+                skipped: day.fetched() - day.collapsed(),
+                collapsed: day.collapsed(),
+                ..Counts::default()
+            });
+        }
     }
-    drop(chunks);
-    let stamp = stamp();
-    let as_of = options.as_of.unwrap_or(stamp.at);
-    let mut pages = ingest.finish(options.mode, as_of, options.guard, stamp)?;
-    let counts = store.apply_pages(&mut pages).await?;
+    let tally = day.tally();
+    let counts = store.apply(day).await?;
     Ok(Counts {
-        collapsed: pages.collapsed(),
-        ..accounted(store, counts, pages.read(), pages.is_done())?
+        collapsed: tally.collapsed(),
+        ..accounted(store, counts, &tally)?
     })
 }
 
-/// `counts` if the store accounted for every record it was given
-/// (`expected`, all of them read), else an error naming the store: a
-/// store that loses records must not be trusted with the ledger.
-fn accounted<S>(store: &S, counts: Counts, expected: u64, read_all: bool) -> Result<Counts>
-where
-    S: Store + ?Sized,
-{
-    if read_all && counts.applied() == expected {
-        return Ok(counts);
+impl WriteOptions {
+    /// Whether an unchanged day may be skipped: asked, and in merge mode.
+    fn skips_unchanged(&self) -> bool {
+        self.skip_unchanged && self.mode == Mode::Merge
     }
-    Err(Error::backend(
-        "core",
-        false,
-        format!(
-            "{store:?} reported {} records applied of {expected}{}",
-            counts.applied(),
-            if read_all {
-                ""
-            } else {
-                " (and did not read the whole day)"
-            }
-        ),
-    ))
+
+    /// The header of a day written with these options; `now` gives a
+    /// replace its `as_of` when the options have none.
+    fn header(
+        &self,
+        day: NaiveDate,
+        stamp: SyncStamp,
+        now: impl FnOnce() -> DateTime<Utc>,
+    ) -> Header {
+        Header {
+            day,
+            mode: self.mode,
+            as_of: self.as_of.unwrap_or_else(now),
+            guard: self.replace_guard,
+            stamp,
+        }
+    }
 }
 
-/// Validates and collapses into a batch. `now` gives a replace its `as_of`
-/// when the options have none.
-pub(crate) fn prepare(
+/// A day fetched whole: validated, collapsed to each key's winner, sorted
+/// by key.
+pub(crate) fn whole_day(
     day: NaiveDate,
     mut records: Vec<Record>,
     options: WriteOptions,
     stamp: SyncStamp,
-    now: impl FnOnce() -> DateTime<Utc>,
-) -> Result<Batch> {
+) -> Result<DayWrite> {
     for record in &records {
         record.validate()?;
         if options.event_dates == EventDates::Strict && record.event_date() != day {
@@ -305,16 +268,90 @@ pub(crate) fn prepare(
     }
     // Key order (the order stores write in), each key's winner kept.
     let collapsed = sort_and_collapse(&mut records);
-    let as_of = options.as_of.unwrap_or_else(now);
-    Ok(Batch::new(
-        day,
-        options.mode,
-        as_of,
-        options.guard,
-        records,
-        collapsed,
-        stamp,
-    ))
+    let at = stamp.at;
+    let header = options.header(day, stamp, || at);
+    Ok(DayWrite::whole(header, records, collapsed))
+}
+
+/// A streamed day, once its stream has ended without error: every chunk
+/// validated as it arrived, kept in memory up to the options' budget and
+/// beyond it in temporary files. `stamp` is taken then: the apply begins.
+pub(crate) async fn streamed_day(
+    day: NaiveDate,
+    mut chunks: std::pin::Pin<
+        Box<dyn Stream<Item = std::result::Result<Vec<Record>, BoxError>> + Send + '_>,
+    >,
+    options: WriteOptions,
+    stamp: impl FnOnce() -> SyncStamp,
+) -> Result<DayWrite> {
+    let budget = options.stream_memory.unwrap_or(DEFAULT_STREAM_MEMORY);
+    let mut ingest = Ingest::new(day, options.event_dates, budget);
+    while let Some(chunk) = chunks.next().await {
+        ingest.push(chunk.map_err(|source| fetch_error(day, source))?)?;
+    }
+    drop(chunks);
+    let stamp = stamp();
+    let at = stamp.at;
+    ingest.finish(options.header(day, stamp, || at))
+}
+
+/// [`upsert`] with a given stamp, as a job's run writes it: for the
+/// conformance cases that check the ledger row's stamp.
+#[cfg(any(feature = "conformance", test))]
+pub(crate) async fn upsert_stamped<S>(
+    store: &S,
+    day: NaiveDate,
+    records: Vec<Record>,
+    options: WriteOptions,
+    stamp: SyncStamp,
+) -> Result<Counts>
+where
+    S: Store + ?Sized,
+{
+    write_day(store, whole_day(day, records, options, stamp)?, options).await
+}
+
+/// [`upsert_stream`] with a given stamp, as [`upsert_stamped`].
+#[cfg(any(feature = "conformance", test))]
+pub(crate) async fn upsert_stream_stamped<S>(
+    store: &S,
+    day: NaiveDate,
+    chunks: std::pin::Pin<
+        Box<dyn Stream<Item = std::result::Result<Vec<Record>, BoxError>> + Send + '_>,
+    >,
+    options: WriteOptions,
+    stamp: impl FnOnce() -> SyncStamp,
+) -> Result<Counts>
+where
+    S: Store + ?Sized,
+{
+    let write = streamed_day(day, chunks, options, stamp).await?;
+    write_day(store, write, options).await
+}
+
+/// `counts` if the store read every page and accounted for every record it
+/// was given, else an error naming the store: a store that loses records
+/// must not be trusted with the ledger.
+fn accounted<S>(store: &S, counts: Counts, tally: &Tally) -> Result<Counts>
+where
+    S: Store + ?Sized,
+{
+    let expected = tally.read();
+    if tally.done() && counts.applied() == expected {
+        return Ok(counts);
+    }
+    Err(Error::BrokenContract {
+        store: format!("{store:?}"),
+        reason: format!(
+            "reported {} records applied of {expected}{}",
+            counts.applied(),
+            if tally.done() {
+                ""
+            } else {
+                " (and did not read the whole day)"
+            }
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -339,13 +376,10 @@ mod tests {
                 at: Utc::now(),
                 run_id: None,
             };
-            let batch = prepare(day, records, WriteOptions::default(), stamp, Utc::now).unwrap();
-            assert_eq!(batch.collapsed(), 2);
-            let kept: Vec<_> = batch
-                .records()
-                .iter()
-                .map(|r| (r.key(), r.value()))
-                .collect();
+            let mut write = whole_day(day, records, WriteOptions::default(), stamp).unwrap();
+            assert_eq!(write.collapsed(), 2);
+            let records = write.read_all().unwrap();
+            let kept: Vec<_> = records.iter().map(|r| (r.key(), r.value())).collect();
             assert_eq!(kept, [("j", "x"), ("k", "c")]);
         }
     }

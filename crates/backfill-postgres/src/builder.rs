@@ -1,4 +1,4 @@
-//! [`PostgresStoreBuilder`]: names, chunk sizes, the pool, TLS, and opening
+//! [`PostgresStoreBuilder`]: names, page sizes, the pool, TLS, and opening
 //! (creating only what is missing, checking what exists).
 
 use std::fmt;
@@ -14,7 +14,7 @@ use crate::sql::{self, Statements};
 use crate::store::PostgresStore;
 use crate::table::{self, Found, Shape};
 use crate::{
-    DEFAULT_CHUNK_BYTES, DEFAULT_CHUNK_ROWS, DEFAULT_SCHEMA, DEFAULT_TABLE, MAX_VALUE_BYTES,
+    DEFAULT_PAGE_BYTES, DEFAULT_PAGE_ROWS, DEFAULT_SCHEMA, DEFAULT_TABLE, MAX_VALUE_BYTES,
 };
 
 /// Options for a [`PostgresStore`].
@@ -22,8 +22,8 @@ use crate::{
 pub struct PostgresStoreBuilder {
     schema: String,
     table: String,
-    chunk_rows: usize,
-    chunk_bytes: usize,
+    page_rows: usize,
+    page_bytes: usize,
     pool_size: usize,
     create_if_missing: bool,
     #[cfg(feature = "tls")]
@@ -35,8 +35,8 @@ impl Default for PostgresStoreBuilder {
         Self {
             schema: DEFAULT_SCHEMA.to_owned(),
             table: DEFAULT_TABLE.to_owned(),
-            chunk_rows: DEFAULT_CHUNK_ROWS,
-            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            page_rows: DEFAULT_PAGE_ROWS,
+            page_bytes: DEFAULT_PAGE_BYTES,
             pool_size: 8,
             create_if_missing: true,
             #[cfg(feature = "tls")]
@@ -63,21 +63,21 @@ impl PostgresStoreBuilder {
         self
     }
 
-    /// Records sent per statement (default [`DEFAULT_CHUNK_ROWS`]), so a
+    /// Records sent per statement (default [`DEFAULT_PAGE_ROWS`]), so a
     /// day of millions of rows never builds one giant message. At least 1.
-    pub fn chunk_rows(mut self, rows: usize) -> Self {
-        self.chunk_rows = rows.max(1);
+    pub fn page_rows(mut self, rows: usize) -> Self {
+        self.page_rows = rows.max(1);
         self
     }
 
     /// Bytes sent per statement, counting keys and values plus a little per
-    /// record (default [`DEFAULT_CHUNK_BYTES`], 64 MiB), so a day of large
+    /// record (default [`DEFAULT_PAGE_BYTES`], 64 MiB), so a day of large
     /// values stays under Postgres' 1 GiB limit per message; a listing's
     /// keys are sent in ranges of at most as many bytes. A statement
     /// always holds at least one record, whatever its size; at most
     /// [`MAX_VALUE_BYTES`].
-    pub fn chunk_bytes(mut self, bytes: usize) -> Self {
-        self.chunk_bytes = bytes.clamp(1, MAX_VALUE_BYTES);
+    pub fn page_bytes(mut self, bytes: usize) -> Self {
+        self.page_bytes = bytes.clamp(1, MAX_VALUE_BYTES);
         self
     }
 
@@ -272,8 +272,8 @@ impl PostgresStoreBuilder {
         Ok(PostgresStore {
             pool,
             sql: Arc::new(Statements::new(schema, name)),
-            chunk_rows: self.chunk_rows,
-            chunk_bytes: self.chunk_bytes,
+            page_rows: self.page_rows,
+            page_bytes: self.page_bytes,
         })
     }
 

@@ -4,8 +4,8 @@
 //! # The write path
 //!
 //! Each day's batch is one transaction. Records travel as arrays (one
-//! statement per chunk of rows, through `UNNEST`, never a round trip per
-//! row) or as one binary `COPY` per chunk, and the transaction:
+//! statement per slice of rows, through `UNNEST`, never a round trip per
+//! row) or as one binary `COPY` per slice, and the transaction:
 //!
 //! 1. takes a transaction-scoped advisory lock per day whose listing
 //!    watermark it reads or raises, in date order: shared for the days of
@@ -13,23 +13,23 @@
 //!    listing and a batch writing live rows of its day serialize, and no
 //!    two batches wait for each other crosswise). Advisory locks write
 //!    nothing to the records table;
-//! 2. writes the records chunk by chunk, in key order. A chunk whose key
+//! 2. writes the records slice by slice, in key order. A slice whose key
 //!    range holds no stored row (one index descent shows it: a day's first
 //!    sync, a backfill of days the table does not hold yet), in a batch
 //!    whose days have no listing watermark, is copied in with binary
 //!    `COPY`: the speed of a bulk load, where `INSERT … ON CONFLICT` pays a
-//!    speculative insertion per row. Such a chunk has no stored version to
+//!    speculative insertion per row. Such a slice has no stored version to
 //!    compare with, and the primary key refuses any key another writer
 //!    inserted after the check: on that `unique_violation` the page rolls
-//!    back to a savepoint taken before its first COPY and merges its chunks
-//!    from there instead, so the counts stay exact. Every other chunk is
+//!    back to a savepoint taken before its first COPY and merges its slices
+//!    from there instead, so the counts stay exact. Every other slice is
 //!    merged in one statement that joins it
 //!    against the table and against the day's watermark in
 //!    `backfill_days`, classifies each record by its own version against
 //!    the stored one (unchanged and older rows are not even locked: a
 //!    re-run writes no row version of the records table), and writes the
 //!    rest with `INSERT … ON CONFLICT (key) DO UPDATE`, in key order. COPY
-//!    and merge alike take their locks in key order, chunk after chunk, so
+//!    and merge alike take their locks in key order, slice after slice, so
 //!    concurrent writers never deadlock. A live record at or before the
 //!    watermark of its `event_date` is written as its own tombstone. A row
 //!    another writer committed after the statement's snapshot is never
@@ -49,10 +49,10 @@
 //! A batch is the one-page case of a **streamed day**
 //! ([`upsert_stream`](backfill_core::upsert_stream), a job's
 //! [`Fetched::stream`](backfill_core::Fetched::stream)), which
-//! [`apply_pages`](backfill_core::Store::apply_pages) applies through the
-//! same write, in one transaction, holding one page in memory at a time: a
-//! page is at most [`chunk_rows`](PostgresStoreBuilder::chunk_rows) records
-//! and about [`chunk_bytes`](PostgresStoreBuilder::chunk_bytes), read from
+//! [`apply`](backfill_core::Store::apply) writes exactly as a batch (the
+//! one-page day), in one transaction, holding one page in memory at a time: a
+//! page is at most [`page_rows`](PostgresStoreBuilder::page_rows) records
+//! and about [`page_bytes`](PostgresStoreBuilder::page_bytes), read from
 //! the job's sorted runs just before it is written. The day locks come
 //! first, from every record's `event_date`, known before the first page.
 //! Pages arrive in key order with unique keys, so each page's counts are
@@ -82,8 +82,8 @@
 //! with which your upstream may re-deliver an old version, or that version
 //! comes back to life.
 //!
-//! A chunk is bounded by rows ([`DEFAULT_CHUNK_ROWS`]) and by bytes
-//! ([`DEFAULT_CHUNK_BYTES`]): Postgres refuses any protocol message over
+//! A slice is bounded by rows ([`DEFAULT_PAGE_ROWS`]) and by bytes
+//! ([`DEFAULT_PAGE_BYTES`]): Postgres refuses any protocol message over
 //! 1 GiB, so a day of large values is sent in several statements of the
 //! same transaction, a listing's keys in ranges of at most the same number
 //! of bytes, and a single value over [`MAX_VALUE_BYTES`] is refused before
@@ -282,10 +282,10 @@ pub const DEFAULT_SCHEMA: &str = "public";
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "backfill_records";
 /// The default number of records sent per statement.
-pub const DEFAULT_CHUNK_ROWS: usize = 10_000;
+pub const DEFAULT_PAGE_ROWS: usize = 10_000;
 /// The default number of bytes (keys and values, plus a little per row)
 /// sent per statement: 64 MiB.
-pub const DEFAULT_CHUNK_BYTES: usize = 64 << 20;
+pub const DEFAULT_PAGE_BYTES: usize = 64 << 20;
 /// The largest `value` this store sends, in bytes: 1 GiB minus 1 MiB.
 ///
 /// Postgres refuses any protocol message over 1 GiB (and any single text

@@ -292,13 +292,13 @@ pub(crate) struct Statements {
     pub(crate) watermarked: String,
     /// Whether no stored key lies in `[$1, $2]`: one index descent.
     pub(crate) key_range_empty: String,
-    /// The write of a chunk whose key range holds no stored row, in a
-    /// batch whose days have no watermark: binary `COPY` of the chunk, in
+    /// The write of a slice whose key range holds no stored row, in a
+    /// batch whose days have no watermark: binary `COPY` of the slice, in
     /// key order. A key another writer inserted after the check fails it
     /// with `unique_violation`.
     pub(crate) copy_in: String,
-    /// The conflict-handling write, of every chunk that is not copied
-    /// in: a chunk as five arrays `$1`–`$5`; returns the counts and the
+    /// The conflict-handling write, of every slice that is not copied
+    /// in: a slice as five arrays `$1`–`$5`; returns the counts and the
     /// keys a concurrent writer raced past.
     pub(crate) merge: String,
     /// The live rows of day `$1`.
@@ -398,7 +398,7 @@ WITH incoming AS (
            coalesce(NOT i.deleted AND i.updated_at <= w.listing_watermark, false) AS buried
     -- One primary-key probe per incoming row, whatever the table's size
     -- or statistics: OFFSET 0 keeps the planner from turning the lookup
-    -- into a hash join that scans the whole table for every chunk.
+    -- into a hash join that scans the whole table for every slice.
     FROM incoming i
     LEFT JOIN LATERAL (
         SELECT r.*, r.xmin FROM {t} r WHERE r.key = i.key OFFSET 0
@@ -434,7 +434,7 @@ SELECT
     (SELECT count(*) FROM classified WHERE action = 's') AS stale,
     -- Rows meant to be written that the upsert left alone: normally none,
     -- and then not even looked for. EXCEPT hashes or sorts; it can never
-    -- become a nested loop over the chunk.
+    -- become a nested loop over the slice.
     CASE WHEN (SELECT count(*) FROM classified WHERE action = 'w') <> o.written
     THEN (SELECT array_agg(key) FROM (
               SELECT key FROM classified WHERE action = 'w'

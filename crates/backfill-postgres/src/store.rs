@@ -6,9 +6,10 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use backfill_core::adapter::parse_mode;
 use backfill_core::{
-    Batch, Counts, DayFailure, DayPages, Digest, Error, LedgerEntry, Mode, Record, Result, RunId,
-    Store, SyncedDay,
+    Counts, DayFailure, DayWrite, Digest, Error, LedgerEntry, Record, Result, RunId, Store,
+    SyncedDay,
 };
 use chrono::{DateTime, NaiveDate, Utc};
 use deadpool_postgres::Pool;
@@ -17,7 +18,7 @@ use tokio_postgres::Row;
 use crate::builder::PostgresStoreBuilder;
 use crate::error::{pg_error, pool_error};
 use crate::sql::Statements;
-use crate::write::{apply_day, check_value_sizes, Day};
+use crate::write::apply_day;
 use crate::BACKEND;
 
 /// A [`Store`] in one Postgres table.
@@ -28,8 +29,8 @@ use crate::BACKEND;
 pub struct PostgresStore {
     pub(crate) pool: Pool,
     pub(crate) sql: Arc<Statements>,
-    pub(crate) chunk_rows: usize,
-    pub(crate) chunk_bytes: usize,
+    pub(crate) page_rows: usize,
+    pub(crate) page_bytes: usize,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -37,8 +38,8 @@ impl fmt::Debug for PostgresStore {
         f.debug_struct("PostgresStore")
             .field("schema", &self.sql.schema)
             .field("table", &self.sql.table)
-            .field("chunk_rows", &self.chunk_rows)
-            .field("chunk_bytes", &self.chunk_bytes)
+            .field("page_rows", &self.page_rows)
+            .field("page_bytes", &self.page_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -54,7 +55,7 @@ impl PostgresStore {
         Self::builder().connect(url).await
     }
 
-    /// Options: schema, table, chunk sizes, pool, TLS, whether to create
+    /// Options: schema, table, page sizes, pool, TLS, whether to create
     /// what is missing.
     pub fn builder() -> PostgresStoreBuilder {
         PostgresStoreBuilder::default()
@@ -109,18 +110,12 @@ impl Store for PostgresStore {
         self.read(&self.sql.with_tombstones, &[]).await
     }
 
-    async fn apply(&self, batch: &Batch) -> Result<Counts> {
-        // Before a connection is even taken: nothing of the batch is sent.
-        check_value_sizes(batch.records())?;
-        apply_day(self, Day::batch(batch)).await
-    }
-
     /// One transaction across every page, one page (at most
-    /// [`chunk_rows`](PostgresStoreBuilder::chunk_rows) records and about
-    /// [`chunk_bytes`](PostgresStoreBuilder::chunk_bytes)) in memory at a
-    /// time, through the same write as a batch: see the crate docs.
-    async fn apply_pages(&self, pages: &mut DayPages) -> Result<Counts> {
-        apply_day(self, Day::Pages(pages)).await
+    /// [`page_rows`](PostgresStoreBuilder::page_rows) records and about
+    /// [`page_bytes`](PostgresStoreBuilder::page_bytes)) in memory at a
+    /// time; a batch is one page: see the crate docs.
+    async fn apply(&self, day: DayWrite) -> Result<Counts> {
+        apply_day(self, day).await
     }
 
     async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {
@@ -180,10 +175,9 @@ fn into_entry(row: &Row) -> Result<LedgerEntry> {
     let synced_at: Option<DateTime<Utc>> = row.try_get(2).map_err(pg_error)?;
     if let Some(at) = synced_at {
         let mode: Option<String> = row.try_get(4).map_err(pg_error)?;
-        let mode = match mode.as_deref() {
-            Some("merge") => Mode::Merge,
-            Some("replace") => Mode::Replace,
-            other => return Err(corrupt(format!("ledger row of {day}: mode {other:?}"))),
+        let mode = match mode.as_deref().and_then(parse_mode) {
+            Some(mode) => mode,
+            None => return Err(corrupt(format!("ledger row of {day}: mode {mode:?}"))),
         };
         let digest: Option<String> = row.try_get(6).map_err(pg_error)?;
         let digest = digest

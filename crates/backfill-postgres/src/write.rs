@@ -1,15 +1,14 @@
-//! The one write path, [`apply_day`]: a day's records, as one [`Batch`]
-//! (the one-page case) or as a streamed day's [`DayPages`], in one
-//! transaction.
+//! The one write path, [`apply_day`]: a day's pages (a batch is one page)
+//! in one transaction, in four steps: lock the days and read whether they
+//! have watermarks, merge the pages, tombstone what a listing lacks, write
+//! the ledger row.
 
-use std::borrow::Cow;
 use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::task::Poll;
 
-use backfill_core::{
-    Batch, Counts, DayPages, Error, Field, Mode, Problem, Record, Result, RunId, SyncedDay,
-};
+use backfill_core::adapter::{check_value_sizes, mode_text};
+use backfill_core::{Counts, DayWrite, Error, Record, Result, RunId, SyncedDay};
 use chrono::{DateTime, NaiveDate, Utc};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::error::SqlState;
@@ -17,87 +16,11 @@ use tokio_postgres::types::Type;
 use tokio_postgres::Statement;
 
 use crate::error::pg_error;
+use crate::sql::Statements;
 use crate::store::PostgresStore;
 use crate::{BACKEND, MAX_VALUE_BYTES};
 
 type Transaction<'a> = deadpool_postgres::Transaction<'a>;
-
-/// A day as [`apply_day`] reads it: its records in pages, in key order with
-/// unique keys across the whole day, and the answers only the day itself
-/// holds (the guard's verdict, its ledger row).
-pub(crate) enum Day<'a> {
-    /// A batch: its records are the day's only page, already in memory.
-    Batch { batch: &'a Batch, read: bool },
-    /// A streamed day, read one page at a time.
-    Pages(&'a mut DayPages),
-}
-
-impl<'a> Day<'a> {
-    pub(crate) fn batch(batch: &'a Batch) -> Self {
-        Day::Batch { batch, read: false }
-    }
-
-    fn day(&self) -> NaiveDate {
-        match self {
-            Day::Batch { batch, .. } => batch.day(),
-            Day::Pages(pages) => pages.day(),
-        }
-    }
-
-    fn as_of(&self) -> Option<DateTime<Utc>> {
-        match self {
-            Day::Batch { batch, .. } => batch.as_of(),
-            Day::Pages(pages) => pages.as_of(),
-        }
-    }
-
-    /// The days the apply locks: every record's `event_date`, in order,
-    /// known before the first page.
-    fn days(&self) -> Vec<NaiveDate> {
-        match self {
-            Day::Batch { batch, .. } => batch.days(),
-            Day::Pages(pages) => pages.days().to_vec(),
-        }
-    }
-
-    /// The next page of at most `rows` records and about `bytes` bytes of
-    /// keys and values (a batch's page is the whole batch), and whether it
-    /// is the last; `None` after the last.
-    fn next_page(
-        &mut self,
-        rows: usize,
-        bytes: usize,
-    ) -> Result<Option<(Cow<'a, [Record]>, bool)>> {
-        match self {
-            Day::Batch { batch, read } => {
-                if std::mem::replace(read, true) || batch.is_empty() {
-                    return Ok(None);
-                }
-                let batch: &'a Batch = batch;
-                Ok(Some((Cow::Borrowed(batch.records()), true)))
-            }
-            // Reading a page may block briefly on the local disk (the
-            // job's temporary files), as `DayPages` documents.
-            Day::Pages(pages) => Ok(pages
-                .next_page(rows, bytes)?
-                .map(|page| (Cow::Owned(page), pages.is_done()))),
-        }
-    }
-
-    fn check_replace(&self, would_delete: u64, live: u64) -> Result<()> {
-        match self {
-            Day::Batch { batch, .. } => batch.check_replace(would_delete, live),
-            Day::Pages(pages) => pages.check_replace(would_delete, live),
-        }
-    }
-
-    fn synced(&self, counts: Counts) -> SyncedDay {
-        match self {
-            Day::Batch { batch, .. } => batch.synced(counts),
-            Day::Pages(pages) => pages.synced(counts),
-        }
-    }
-}
 
 /// How many subtransactions with a transaction id an apply may open: those
 /// of the savepoints around its COPYs ([`write_page`]). A backend caches
@@ -111,63 +34,52 @@ impl<'a> Day<'a> {
 /// access, 65 cost two per row it meets).
 pub(crate) const MAX_SUBTRANSACTIONS: usize = 64;
 
-/// Applies a day in one transaction, page by page, in key order; the
-/// batch path ([`Day::Batch`]) is the one-page case.
+/// Applies a day in one transaction, page by page, in key order (a batch
+/// is one page).
 ///
-/// 1. The days whose watermark the records read (shared) or the listing
-///    raises (exclusive) are locked in date order before anything is read
-///    or written, and whether any of them has a watermark is read once they
-///    are held.
-/// 2. Each page ([`write_page`]): its values are checked against
-///    [`MAX_VALUE_BYTES`], then it is written chunk by chunk, COPY or
+/// 1. [`lock_days`]: the days whose watermark the records read (shared) or
+///    the listing raises (exclusive) are locked in date order before
+///    anything is read or written, and whether any of them has a watermark
+///    is read once they are held.
+/// 2. Each page ([`Writes::page`]): its values are checked against
+///    [`MAX_VALUE_BYTES`], then it is written slice by slice, COPY or
 ///    merge. Keys are unique across the day's pages, so each page's counts
 ///    are exact on their own and no page changes what another finds.
-/// 3. A listing tombstones, after each page, the day's live rows it lacks
-///    in the key range that page closes: after the previous page's last
-///    key up to and including its own last key (the last page's range runs
-///    to the end of the key space). Every live row of the day is judged by
-///    exactly one statement, once every page is written up to its key.
-///    The guard is asked last, with the rows tombstoned and the day's live
-///    rows before that (those counted now plus those tombstoned): the very
-///    numbers the batch path had when it tombstoned after its one page.
-/// 4. The day's ledger row, last, in the same transaction.
+/// 3. A listing ([`Unlisted`]) tombstones, after each page, the day's live
+///    rows it lacks in the key range that page closes: after the previous
+///    page's last key up to and including its own last key (the last
+///    page's range runs to the end of the key space). Every live row of
+///    the day is judged by exactly one statement, once every page is
+///    written up to its key. The guard is asked last, with the rows
+///    tombstoned and the day's live rows before that (those counted now
+///    plus those tombstoned): the very numbers a batch had when it
+///    tombstoned after its one page.
+/// 4. [`write_ledger`]: the day's ledger row, last, in the same
+///    transaction.
 ///
 /// Any error, the guard's refusal included, returns with the transaction
 /// uncommitted: dropping it rolls back, and nothing of the day is written.
 /// So does dropping the future.
-pub(crate) async fn apply_day(store: &PostgresStore, mut day: Day<'_>) -> Result<Counts> {
+pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Result<Counts> {
+    let (rows, bytes) = (store.page_rows, store.page_bytes);
+    // Each page's values are checked as it is read (which may block briefly
+    // on the local disk: the job's temporary files, as `DayWrite`
+    // documents); the first page before a connection is even taken, so a
+    // batch's bad value sends nothing.
+    let next_page = |day: &mut DayWrite| -> Result<Option<Vec<Record>>> {
+        let page = day.next_page(rows, bytes)?;
+        if let Some(page) = &page {
+            check_value_sizes(page, MAX_VALUE_BYTES)?;
+        }
+        Ok(page)
+    };
+    let mut page = next_page(&mut day)?;
     let sql = &store.sql;
     let mut client = store.client().await?;
     let tx = client.transaction().await.map_err(pg_error)?;
-    let (date, as_of) = (day.day(), day.as_of());
 
-    // 1. The day locks and whether any locked day has a watermark, in one
-    // round trip.
-    let (days, exclusive) = days_to_lock(day.days(), date, as_of.is_some());
-    let lock = tx.prepare_cached(&sql.lock_days).await.map_err(pg_error)?;
-    let watermarked = tx
-        .prepare_cached(&sql.watermarked)
-        .await
-        .map_err(pg_error)?;
-    let (locked, marked) = join2(
-        async {
-            match days.is_empty() {
-                true => Ok(0),
-                false => tx.execute(&lock, &[&days, &exclusive]).await,
-            }
-        },
-        // A statement of its own, after the locks: its snapshot is taken
-        // once they are held.
-        async {
-            match days.is_empty() {
-                true => Ok(false),
-                false => tx.query_one(&watermarked, &[&days]).await?.try_get(0),
-            }
-        },
-    )
-    .await;
-    locked.map_err(pg_error)?;
-    let marked = marked.map_err(pg_error)?;
+    // 1.
+    let marked = lock_days(&tx, sql, &day).await?;
     let mut writes = Writes {
         // A day with a listing watermark may bury a record, which only the
         // merge decides: no COPY then.
@@ -181,48 +93,122 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: Day<'_>) -> Result
             )),
         },
         merge: tx.prepare_cached(&sql.merge).await.map_err(pg_error)?,
-        rows: store.chunk_rows,
-        bytes: store.chunk_bytes,
+        rows,
+        bytes,
         subtransactions: 0,
     };
-    let unlist = match as_of {
-        Some(_) => Some(tx.prepare_cached(&sql.unlist).await.map_err(pg_error)?),
+    let mut unlisted = match day.as_of() {
+        Some(_) => Some(Unlisted::new(&tx, store).await?),
         None => None,
     };
 
     // 2. and 3. The pages, in key order, each followed by its share of a
     // listing's tombstones.
     let mut counts = Counts::default();
-    let mut unlisted = 0;
-    // The last key of the listing's ranges so far; `None` before the
-    // first, and once a range ran to the end of the key space.
-    let mut after: Option<String> = None;
-    let mut to_the_end = false;
-    while let Some((page, last)) = day.next_page(store.chunk_rows, store.chunk_bytes)? {
-        check_value_sizes(&page)?;
-        writes.page(&tx, &page, &mut counts).await?;
-        if let (Some(unlist), Some(as_of)) = (&unlist, as_of) {
-            for range in KeyRanges::new(&page, store.chunk_bytes, after.as_deref(), last) {
-                unlisted += tx
-                    .execute(
-                        unlist,
-                        &[&date, &as_of, &range.after, &range.upto, &range.keys],
-                    )
-                    .await
-                    .map_err(pg_error)?;
-            }
-            after = page.last().map(|r| r.key().to_owned());
-            to_the_end = last;
+    while let Some(records) = page {
+        writes.page(&tx, &records, &mut counts).await?;
+        if let Some(unlisted) = &mut unlisted {
+            unlisted.page(&tx, &day, &records, day.is_done()).await?;
         }
+        page = next_page(&mut day)?;
     }
-    if let (Some(unlist), Some(as_of)) = (&unlist, as_of) {
-        if !to_the_end {
-            // An empty listing, or a day whose last page did not know it
-            // was the last: the rest of the key space.
+    if let Some(unlisted) = unlisted {
+        let n = unlisted.finish(&tx, sql, &day).await?;
+        counts.deleted += n;
+        counts.unlisted = n;
+    }
+
+    // 4.
+    write_ledger(&tx, sql, day.day(), &day.synced(counts)).await?;
+    tx.commit().await.map_err(pg_error)?;
+    Ok(counts)
+}
+
+/// Step 1: locks the days an apply reads or raises the watermark of, and
+/// reads whether any of them has a watermark, in one round trip.
+async fn lock_days(tx: &Transaction<'_>, sql: &Statements, day: &DayWrite) -> Result<bool> {
+    let (days, exclusive) = days_to_lock(day.days().to_vec(), day.day(), day.as_of().is_some());
+    if days.is_empty() {
+        return Ok(false);
+    }
+    let lock = tx.prepare_cached(&sql.lock_days).await.map_err(pg_error)?;
+    let watermarked = tx
+        .prepare_cached(&sql.watermarked)
+        .await
+        .map_err(pg_error)?;
+    let (locked, marked) = join2(
+        tx.execute(&lock, &[&days, &exclusive]),
+        // A statement of its own, after the locks: its snapshot is taken
+        // once they are held.
+        async { tx.query_one(&watermarked, &[&days]).await?.try_get(0) },
+    )
+    .await;
+    locked.map_err(pg_error)?;
+    marked.map_err(pg_error)
+}
+
+/// Step 3: a listing's tombstones of the day's live rows it lacks, range by
+/// range as the pages are written.
+struct Unlisted {
+    /// `Statements::unlist`.
+    unlist: Statement,
+    /// The store's page bound in bytes, for a range's keys.
+    bytes: usize,
+    /// The last key of the ranges so far; `None` before the first, and once
+    /// a range ran to the end of the key space.
+    after: Option<String>,
+    to_the_end: bool,
+    /// Rows tombstoned so far.
+    tombstoned: u64,
+}
+
+impl Unlisted {
+    async fn new(tx: &Transaction<'_>, store: &PostgresStore) -> Result<Self> {
+        Ok(Self {
+            unlist: tx
+                .prepare_cached(&store.sql.unlist)
+                .await
+                .map_err(pg_error)?,
+            bytes: store.page_bytes,
+            after: None,
+            to_the_end: false,
+            tombstoned: 0,
+        })
+    }
+
+    /// Tombstones the unlisted rows of the key range `page` closes.
+    async fn page(
+        &mut self,
+        tx: &Transaction<'_>,
+        day: &DayWrite,
+        page: &[Record],
+        last: bool,
+    ) -> Result<()> {
+        let (date, as_of) = (day.day(), day.as_of());
+        for range in KeyRanges::new(page, self.bytes, self.after.as_deref(), last) {
+            self.tombstoned += tx
+                .execute(
+                    &self.unlist,
+                    &[&date, &as_of, &range.after, &range.upto, &range.keys],
+                )
+                .await
+                .map_err(pg_error)?;
+        }
+        self.after = page.last().map(|r| r.key().to_owned());
+        self.to_the_end = last;
+        Ok(())
+    }
+
+    /// After the last page: the rest of the key space if no page reached
+    /// it (an empty listing), then the guard's verdict on the whole.
+    async fn finish(self, tx: &Transaction<'_>, sql: &Statements, day: &DayWrite) -> Result<u64> {
+        let (date, as_of) = (day.day(), day.as_of());
+        let mut tombstoned = self.tombstoned;
+        if !self.to_the_end {
             let none: Option<&str> = None;
             let keys: Vec<&str> = Vec::new();
-            unlisted += tx
-                .execute(unlist, &[&date, &as_of, &after, &none, &keys])
+            tombstoned += tx
+                .execute(&self.unlist, &[&date, &as_of, &self.after, &none, &keys])
                 .await
                 .map_err(pg_error)?;
         }
@@ -233,15 +219,20 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: Day<'_>) -> Result
             .get(0);
         // The day's live rows before the tombstones: each tombstoned row
         // was one of them, and nothing else of the day changed since.
-        day.check_replace(unlisted, live_now as u64 + unlisted)?;
-        counts.deleted += unlisted;
-        counts.unlisted = unlisted;
+        day.check_replace(tombstoned, live_now as u64 + tombstoned)?;
+        Ok(tombstoned)
     }
+}
 
-    // 4. The day's ledger row, last: synced now, by this run, with these
-    // counts, its failure cleared, and a listing's watermark raised to its
-    // `as_of` if lower. One statement, committed with the rows.
-    let synced = day.synced(counts);
+/// Step 4: the day's ledger row, last: synced now, by this run, with these
+/// counts, its failure cleared, and a listing's watermark raised to its
+/// `as_of` if lower. One statement, committed with the rows.
+async fn write_ledger(
+    tx: &Transaction<'_>,
+    sql: &Statements,
+    date: NaiveDate,
+    synced: &SyncedDay,
+) -> Result<()> {
     let ledger = tx.prepare_cached(&sql.synced).await.map_err(pg_error)?;
     let c = &synced.counts;
     tx.execute(
@@ -251,7 +242,7 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: Day<'_>) -> Result
             &synced.as_of,
             &synced.at,
             &synced.run_id.as_ref().map(RunId::as_str),
-            &mode_text(synced.mode)?,
+            &mode_text(synced.mode),
             &synced.digest.to_string(),
             &count(c.inserted),
             &count(c.updated),
@@ -264,8 +255,7 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: Day<'_>) -> Result
     )
     .await
     .map_err(pg_error)?;
-    tx.commit().await.map_err(pg_error)?;
-    Ok(counts)
+    Ok(())
 }
 
 /// A count as the ledger stores it (`bigint`).
@@ -273,20 +263,7 @@ fn count(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// A mode as the ledger stores it.
-fn mode_text(mode: Mode) -> Result<&'static str> {
-    match mode {
-        Mode::Merge => Ok("merge"),
-        Mode::Replace => Ok("replace"),
-        other => Err(Error::backend(
-            BACKEND,
-            false,
-            format!("no ledger text for mode {other:?}"),
-        )),
-    }
-}
-
-/// How many times a chunk's raced rows are merged again before giving up.
+/// How many times a slice's raced rows are merged again before giving up.
 /// The second pass cannot race (the first locked every raced row); more
 /// are only a guard against a bug looping forever.
 const MAX_MERGE_PASSES: u32 = 4;
@@ -336,7 +313,7 @@ struct Writes {
     copy: Option<(Statement, Statement)>,
     /// `Statements::merge`.
     merge: Statement,
-    /// The store's chunk bounds.
+    /// The store's slice bounds.
     rows: usize,
     bytes: usize,
     /// Savepoints taken so far (see [`MAX_SUBTRANSACTIONS`]).
@@ -345,21 +322,21 @@ struct Writes {
 
 impl Writes {
     /// Writes one page (sorted by key, keys above every earlier page's),
-    /// chunk by chunk in key order, and adds its counts.
+    /// slice by slice in key order, and adds its counts.
     ///
-    /// A chunk whose key range holds no stored row (one index descent: a
+    /// A slice whose key range holds no stored row (one index descent: a
     /// day's first sync, a backfill of days the table does not hold yet)
     /// is copied in whole with binary `COPY`, in key order: the floor's own
     /// speed, where `INSERT … ON CONFLICT` pays a speculative insertion per
-    /// row. No record of such a chunk has a stored version to be compared
+    /// row. No record of such a slice has a stored version to be compared
     /// with, and the COPY cannot overwrite anything: the primary key
     /// refuses a key another writer inserted after the check, with
     /// `unique_violation`, after waiting for that writer if it has not
-    /// committed yet. Every other chunk is merged.
+    /// committed yet. Every other slice is merged.
     ///
     /// That `unique_violation` aborts the statement, so the page's first
     /// COPY is preceded by a savepoint: on a lost race the page rolls back
-    /// to it, its counts go back to what they were there, and every chunk
+    /// to it, its counts go back to what they were there, and every slice
     /// of the page from there on is merged instead, which judges the other
     /// writer's keys by version like any stored row. Only the page's own
     /// writes since the savepoint are undone, and they are all in memory:
@@ -382,17 +359,17 @@ impl Writes {
         page: &[Record],
         counts: &mut Counts,
     ) -> Result<()> {
-        let chunks: Vec<&[Record]> = Chunks::new(page, self.rows, self.bytes).collect();
-        // Since the page's savepoint: the chunk it was taken before, and
+        let slices: Vec<&[Record]> = Slices::new(page, self.rows, self.bytes).collect();
+        // Since the page's savepoint: the slice it was taken before, and
         // the counts then.
         let mut saved: Option<(usize, Counts)> = None;
-        for (i, chunk) in chunks.iter().enumerate() {
+        for (i, slice) in slices.iter().enumerate() {
             let copy = match &self.copy {
-                Some((empty, copy)) => key_range_empty(tx, empty, chunk).await?.then_some(copy),
+                Some((empty, copy)) => key_range_empty(tx, empty, slice).await?.then_some(copy),
                 None => None,
             };
             let Some(copy) = copy else {
-                merge_records(tx, &self.merge, chunk, counts).await?;
+                merge_records(tx, &self.merge, slice, counts).await?;
                 continue;
             };
             if saved.is_none() && self.subtransactions < MAX_SUBTRANSACTIONS {
@@ -400,8 +377,8 @@ impl Writes {
                 self.subtransactions += 1;
                 saved = Some((i, *counts));
             }
-            match copy_chunk(tx, copy, chunk).await {
-                Ok(copied) => count_copied(chunk, copied, counts)?,
+            match copy_slice(tx, copy, slice).await {
+                Ok(copied) => count_copied(slice, copied, counts)?,
                 Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
                     // Past the savepoints an apply may take, a lost race
                     // aborts the whole transaction: the day is rolled back
@@ -425,8 +402,8 @@ impl Writes {
                         .await
                         .map_err(pg_error)?;
                     *counts = before;
-                    for chunk in &chunks[from..] {
-                        merge_records(tx, &self.merge, chunk, counts).await?;
+                    for slice in &slices[from..] {
+                        merge_records(tx, &self.merge, slice, counts).await?;
                     }
                     saved = Some((from, *counts));
                     break;
@@ -459,7 +436,7 @@ async fn key_range_empty(
         .map_err(pg_error)
 }
 
-/// Adds a copied chunk's counts: every record inserted, as itself.
+/// Adds a copied slice's counts: every record inserted, as itself.
 fn count_copied(records: &[Record], copied: u64, counts: &mut Counts) -> Result<()> {
     if copied as usize != records.len() {
         return Err(Error::backend(
@@ -493,7 +470,7 @@ fn days_to_lock(
 
 /// Copies `records` into the table in their order with binary `COPY`;
 /// returns the number of rows copied.
-async fn copy_chunk(
+async fn copy_slice(
     tx: &Transaction<'_>,
     copy: &Statement,
     records: &[Record],
@@ -520,16 +497,16 @@ async fn copy_chunk(
     writer.finish().await
 }
 
-/// Merges `chunk` (sorted by key) with the conflict-handling merge and adds
+/// Merges `slice` (sorted by key) with the conflict-handling merge and adds
 /// its counts; merges the rows another writer raced past again, until none
 /// is left.
 async fn merge_records(
     tx: &Transaction<'_>,
     merge: &Statement,
-    chunk: &[Record],
+    slice: &[Record],
     counts: &mut Counts,
 ) -> Result<()> {
-    let mut pending: Vec<&Record> = chunk.iter().collect();
+    let mut pending: Vec<&Record> = slice.iter().collect();
     let mut passes = 0;
     while !pending.is_empty() {
         passes += 1;
@@ -543,16 +520,16 @@ async fn merge_records(
                 ),
             ));
         }
-        let raced = merge_chunk(tx, merge, &pending, counts).await?;
+        let raced = merge_slice(tx, merge, &pending, counts).await?;
         // Rows another writer committed after this statement's snapshot:
         // the upsert locked them and left them alone, so merging them again
         // sees them as they now are, for good.
         pending = raced
             .iter()
             .map(|key| {
-                chunk
+                slice
                     .binary_search_by(|r| r.key().cmp(key.as_str()))
-                    .map(|i| &chunk[i])
+                    .map(|i| &slice[i])
                     .map_err(|_| Error::backend(BACKEND, false, "raced key not in batch"))
             })
             .collect::<Result<_>>()?;
@@ -562,7 +539,7 @@ async fn merge_records(
 
 /// Runs the merge statement on `records` (sorted by key), adds its counts
 /// and returns the keys a concurrent writer raced past.
-async fn merge_chunk(
+async fn merge_slice(
     tx: &Transaction<'_>,
     merge: &Statement,
     records: &[&Record],
@@ -590,22 +567,6 @@ async fn merge_chunk(
     Ok(raced)
 }
 
-/// Refuses the first record whose value could never travel in one protocol
-/// message (see [`MAX_VALUE_BYTES`]).
-pub(crate) fn check_value_sizes(records: &[Record]) -> Result<()> {
-    match records.iter().find(|r| r.value().len() > MAX_VALUE_BYTES) {
-        Some(record) => Err(Error::InvalidRecord {
-            key: record.key().to_owned(),
-            field: Field::Value,
-            problem: Problem::TooLong {
-                len: record.value().len(),
-                max: MAX_VALUE_BYTES,
-            },
-        }),
-        None => Ok(()),
-    }
-}
-
 /// What a record costs in a statement beyond its key and value: array
 /// element lengths, the date and the instant (28 bytes), rounded up.
 const ROW_OVERHEAD: usize = 64;
@@ -614,13 +575,13 @@ const ROW_OVERHEAD: usize = 64;
 /// bytes (key, value and [`ROW_OVERHEAD`] per record), and never empty: a
 /// record larger than `bytes` travels alone.
 #[derive(Debug)]
-struct Chunks<'a> {
+struct Slices<'a> {
     rest: &'a [Record],
     rows: usize,
     bytes: usize,
 }
 
-impl<'a> Chunks<'a> {
+impl<'a> Slices<'a> {
     fn new(records: &'a [Record], rows: usize, bytes: usize) -> Self {
         Self {
             rest: records,
@@ -630,7 +591,7 @@ impl<'a> Chunks<'a> {
     }
 }
 
-impl<'a> Iterator for Chunks<'a> {
+impl<'a> Iterator for Slices<'a> {
     type Item = &'a [Record];
 
     fn next(&mut self) -> Option<&'a [Record]> {
@@ -646,9 +607,9 @@ impl<'a> Iterator for Chunks<'a> {
             }
             len += 1;
         }
-        let (chunk, rest) = self.rest.split_at(len);
+        let (slice, rest) = self.rest.split_at(len);
         self.rest = rest;
-        Some(chunk)
+        Some(slice)
     }
 }
 
@@ -738,7 +699,7 @@ mod tests {
     }
 
     fn lengths(records: &[Record], rows: usize, bytes: usize) -> Vec<usize> {
-        Chunks::new(records, rows, bytes)
+        Slices::new(records, rows, bytes)
             .map(<[Record]>::len)
             .collect()
     }
@@ -749,7 +710,7 @@ mod tests {
     }
 
     #[test]
-    fn chunks_are_bounded_by_rows() {
+    fn slices_are_bounded_by_rows() {
         let r = records(&[1; 7]);
         assert_eq!(lengths(&r, 3, usize::MAX), [3, 3, 1]);
         assert_eq!(lengths(&r, 7, usize::MAX), [7]);
@@ -758,7 +719,7 @@ mod tests {
     }
 
     #[test]
-    fn chunks_are_bounded_by_bytes() {
+    fn slices_are_bounded_by_bytes() {
         let r = records(&[100, 100, 100, 100, 100]);
         assert_eq!(lengths(&r, 100, 2 * cost(100)), [2, 2, 1]);
         assert_eq!(lengths(&r, 100, 2 * cost(100) - 1), [1, 1, 1, 1, 1]);
@@ -814,10 +775,10 @@ mod tests {
     }
 
     #[test]
-    fn a_record_larger_than_a_chunk_travels_alone() {
+    fn a_record_larger_than_a_slice_travels_alone() {
         let r = records(&[10, 1_000, 10, 10]);
         assert_eq!(lengths(&r, 100, 2 * cost(10)), [1, 1, 2]);
-        let chunks: Vec<_> = Chunks::new(&r, 100, 1).collect();
-        assert_eq!(chunks.concat(), r, "every record, in order, once");
+        let slices: Vec<_> = Slices::new(&r, 100, 1).collect();
+        assert_eq!(slices.concat(), r, "every record, in order, once");
     }
 }

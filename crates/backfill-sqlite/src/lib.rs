@@ -45,13 +45,13 @@
 //! A day fetched as a stream of chunks
 //! ([`upsert_stream`](backfill_core::upsert_stream),
 //! [`Fetched::stream`](backfill_core::Fetched::stream)) reaches the store as
-//! [`DayPages`](backfill_core::DayPages): the day's records, validated,
-//! collapsed and in key order, read a page at a time from the job's memory
-//! and temporary files. The store applies it natively
-//! ([`apply_pages`](backfill_core::Store::apply_pages)) with the very write
-//! a batch goes through (a batch is the one-page case), holding a few
-//! pages at a time, so a day of millions of records takes memory for a
-//! few pages, not for the day:
+//! a [`DayWrite`](backfill_core::DayWrite) whose records, validated,
+//! collapsed and in key order, are read a page at a time from the job's
+//! memory and temporary files. The store applies it
+//! ([`apply`](backfill_core::Store::apply)) with the very write a batch
+//! goes through (a batch is the one-page case), holding one page at a
+//! time, so a day of millions of records takes memory for a page, not for
+//! the day:
 //!
 //! - **One transaction** for the whole day, `BEGIN IMMEDIATE` as for a
 //!   batch. The watermarks of all the day's `event_date`s (known before
@@ -70,14 +70,14 @@
 //! - **The ledger row** is written last, in the same transaction, with the
 //!   day's digest and counts; then the transaction commits. A value over
 //!   the length limit in any page, an error reading a page, the guard's
-//!   refusal, or a call dropped before the write asked it for the ledger
-//!   row rolls all of it back: nothing of the day is written.
+//!   refusal, or a call dropped before the write commits rolls all of it
+//!   back: nothing of the day is written.
 //!
-//! The SQLite work runs on tokio's blocking pool; the pages are read on
-//! the calling task (which `DayPages` may make wait briefly on the local
-//! disk) and handed over through a channel of one page, so reading the
-//! next page overlaps writing this one. This works on a current-thread
-//! runtime as on a multi-thread one (`block_in_place` would not). A page
+//! The SQLite work runs on tokio's blocking pool, the day moved there
+//! whole: the write reads each page (from memory, or the job's temporary
+//! files on the local disk) and writes it, on a current-thread runtime as
+//! on a multi-thread one (`block_in_place` would not work on the first).
+//! A page
 //! holds at most [`DEFAULT_PAGE_ROWS`] records and about
 //! [`DEFAULT_PAGE_BYTES`] of keys and values, or what
 //! [`SqliteStoreBuilder::page_rows`] and
@@ -241,14 +241,13 @@
 #![doc(test(attr(deny(warnings))))]
 
 // Layout: `store.rs` holds `SqliteStore`, `write.rs` the one write
-// (`apply_day`, for a batch and a streamed day's pages alike), `pages.rs`
-// how a streamed day's pages reach it, `builder.rs` opening, `migrate.rs` creating and upgrading the tables,
-// `schema.rs` the check of an existing table, `sql.rs` every SQL text,
-// `error.rs` which SQLite errors are worth a retry.
+// (`apply_day`, a day's pages in four steps), `builder.rs` opening,
+// `migrate.rs` creating and upgrading the tables, `schema.rs` the check of
+// an existing table, `sql.rs` every SQL text, `error.rs` which SQLite
+// errors are worth a retry.
 mod builder;
 mod error;
 mod migrate;
-mod pages;
 mod schema;
 mod sql;
 mod store;

@@ -1,17 +1,17 @@
 //! [`SqliteStore`] and its [`Store`] impl; the one write is
-//! [`apply_day`](crate::write::apply_day), for a batch and for a streamed
-//! day's pages alike.
+//! [`apply_day`](crate::write::apply_day).
 
 use std::fmt;
 use std::ops::RangeInclusive;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use backfill_core::adapter::parse_mode;
 use backfill_core::{
-    Batch, Counts, DayFailure, DayPages, Digest, Error, LedgerEntry, Mode, Record, Result, RunId,
-    Store, SyncedDay, MAX_KEY_BYTES,
+    Counts, DayFailure, DayWrite, Digest, Error, LedgerEntry, Record, Result, RunId, Store,
+    SyncedDay, MAX_KEY_BYTES,
 };
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use crate::builder::{Opened, PageSize, SqliteStoreBuilder};
 use crate::error::backend;
 use crate::sql::Statements;
-use crate::write::{apply_day, DaySource, OnePage};
+use crate::write::{apply_day, Writer};
 use crate::{BACKEND, DATE_FORMAT, INSTANT_FORMAT};
 
 /// Room a row needs besides its value, within SQLite's length limit (which
@@ -28,6 +28,17 @@ use crate::{BACKEND, DATE_FORMAT, INSTANT_FORMAT};
 /// (27 bytes), `deleted` (0 or 1, held in the header) and the row's header
 /// (at most 23 bytes for four text fields and an integer), rounded up.
 const ROW_OVERHEAD: usize = MAX_KEY_BYTES + 10 + 27 + 32;
+
+/// Tells a write on the blocking pool, when dropped, that its caller
+/// stopped waiting.
+#[derive(Debug, Default)]
+struct Abandoned(Arc<AtomicBool>);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
 
 /// A [`Store`] in one table of a SQLite database.
 ///
@@ -183,14 +194,6 @@ impl SqliteStore {
         })
     }
 
-    /// Applies a day, as one batch or as pages, with the one write.
-    fn write_day(&self, mut day: Box<dyn DaySource + Send>) -> JoinHandle<Result<Counts>> {
-        let inner = Arc::clone(&self.inner);
-        self.spawn_with_conn(move |conn, sql| {
-            apply_day(conn, sql, inner.max_value_bytes, &inner.staged, &mut *day)
-        })
-    }
-
     /// A non-retryable error if the store was opened read-only.
     fn writable(&self) -> Result<()> {
         if self.inner.read_only {
@@ -237,18 +240,28 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn apply(&self, batch: &Batch) -> Result<Counts> {
+    /// On the blocking pool, with the day moved there: one transaction,
+    /// one page in memory at a time (see the
+    /// [crate docs](crate#streamed-days)). If this call's future is
+    /// dropped, the write rolls back at its next page or before it commits.
+    async fn apply(&self, mut day: DayWrite) -> Result<Counts> {
         self.writable()?;
-        // A cheap clone (the records are shared) for the blocking pool; they
-        // are already validated, collapsed and sorted by key: one page.
-        joined(self.write_day(Box::new(OnePage::new(batch.clone())))).await?
-    }
-
-    /// Natively: one transaction across every page, holding a few pages at
-    /// a time (see the [crate docs](crate#streamed-days)).
-    async fn apply_pages(&self, pages: &mut DayPages) -> Result<Counts> {
-        self.writable()?;
-        crate::pages::apply_pages(pages, self.inner.pages, |day| self.write_day(day)).await
+        let abandoned = Abandoned::default();
+        let flag = Arc::clone(&abandoned.0);
+        let inner = Arc::clone(&self.inner);
+        let write = self.spawn_with_conn(move |conn, sql| {
+            let writer = Writer {
+                sql,
+                max_value_bytes: inner.max_value_bytes,
+                page: inner.pages,
+                staged: &inner.staged,
+                abandoned: &flag,
+            };
+            apply_day(conn, &writer, &mut day)
+        });
+        let counts = joined(write).await?;
+        drop(abandoned); // After the write: it has nothing to stop then.
+        counts
     }
 
     async fn ledger(&self, days: RangeInclusive<NaiveDate>) -> Result<Vec<LedgerEntry>> {
@@ -363,11 +376,11 @@ impl LedgerRow {
         let mut entry = LedgerEntry::new(day);
         entry.listing_watermark = instant(&self.listing_watermark, "listing_watermark")?;
         if let Some(at) = instant(&self.synced_at, "synced_at")? {
-            let mode = match self.mode.as_deref() {
-                Some("merge") => Mode::Merge,
-                Some("replace") => Mode::Replace,
-                _ => return Err(corrupt("a success without a readable mode")),
-            };
+            let mode = self
+                .mode
+                .as_deref()
+                .and_then(parse_mode)
+                .ok_or_else(|| corrupt("a success without a readable mode"))?;
             let digest = self
                 .digest
                 .as_deref()

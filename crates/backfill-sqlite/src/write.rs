@@ -1,88 +1,38 @@
-//! The one write, [`apply_day`]: a day's records, as one batch or as a
-//! streamed day's pages, in one `BEGIN IMMEDIATE` transaction.
+//! The one write, [`apply_day`]: a day's pages (a batch is one page) in
+//! one `BEGIN IMMEDIATE` transaction, in four steps: read the watermarks,
+//! merge the pages, tombstone what a listing lacks, write the ledger row.
 
-use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
-use backfill_core::{Batch, Counts, Error, Field, Mode, Problem, Record, Result, RunId, SyncedDay};
+use backfill_core::adapter::{check_value_sizes, mode_text};
+use backfill_core::{Counts, DayWrite, Error, Record, Result, RunId, SyncedDay};
 use chrono::{DateTime, NaiveDate, Utc};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
+use crate::builder::PageSize;
 use crate::error::backend;
 use crate::sql::{Statements, LISTED_ADD, LISTED_CLEAR, LISTED_CREATE};
 use crate::store::{format_date, format_instant};
 use crate::BACKEND;
 
-/// A day as [`apply_day`] reads it: its records in pages, in key order
-/// with unique keys across the whole day, and the answers that only the
-/// day itself holds (the guard's, and its ledger row). A [`Batch`] is the
-/// one-page case ([`OnePage`]); a streamed day's pages come from the task
-/// that reads them (`pages.rs`).
-pub(crate) trait DaySource {
-    /// The day being synced.
-    fn day(&self) -> NaiveDate;
-
-    /// A listing's `as_of`; `None` in merge mode.
-    fn as_of(&self) -> Option<DateTime<Utc>>;
-
-    /// Every record's `event_date`, in order, without duplicates: known
-    /// before the first page.
-    fn days(&self) -> Vec<NaiveDate>;
-
-    /// The next page; `None` after the last.
-    fn next_page(&mut self) -> Result<Option<Cow<'_, [Record]>>>;
-
-    /// Whether a listing may turn `would_delete` of the day's `live` rows
-    /// into tombstones ([`Batch::check_replace`]).
-    fn check_replace(&mut self, would_delete: u64, live: u64) -> Result<()>;
-
-    /// The day's ledger row, given what the apply did ([`Batch::synced`]);
-    /// asked after the last page.
-    fn synced(&mut self, counts: Counts) -> Result<SyncedDay>;
-}
-
-/// A batch: its records are the day's only page.
-pub(crate) struct OnePage {
-    batch: Batch,
-    read: bool,
-}
-
-impl OnePage {
-    pub(crate) fn new(batch: Batch) -> Self {
-        Self { batch, read: false }
-    }
-}
-
-impl DaySource for OnePage {
-    fn day(&self) -> NaiveDate {
-        self.batch.day()
-    }
-
-    fn as_of(&self) -> Option<DateTime<Utc>> {
-        self.batch.as_of()
-    }
-
-    fn days(&self) -> Vec<NaiveDate> {
-        self.batch.days()
-    }
-
-    fn next_page(&mut self) -> Result<Option<Cow<'_, [Record]>>> {
-        if std::mem::replace(&mut self.read, true) || self.batch.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(Cow::Borrowed(self.batch.records())))
-    }
-
-    fn check_replace(&mut self, would_delete: u64, live: u64) -> Result<()> {
-        self.batch.check_replace(would_delete, live)
-    }
-
-    fn synced(&mut self, counts: Counts) -> Result<SyncedDay> {
-        Ok(self.batch.synced(counts))
-    }
+/// What [`apply_day`] writes with: the connection's statements and the
+/// store's limits.
+#[derive(Debug)]
+pub(crate) struct Writer<'a> {
+    pub(crate) sql: &'a Statements,
+    pub(crate) max_value_bytes: usize,
+    pub(crate) page: PageSize,
+    /// Rows a listing's staging inserted and deleted (in `temp`, committed
+    /// or not), which SQLite's `total_changes()` counts and
+    /// [`SqliteStore::total_changes`](crate::SqliteStore::total_changes)
+    /// does not.
+    pub(crate) staged: &'a AtomicU64,
+    /// Set once the caller stopped waiting (its future was dropped): the
+    /// write rolls back at its next page or before committing.
+    pub(crate) abandoned: &'a AtomicBool,
 }
 
 /// The write: one IMMEDIATE transaction (the write lock is taken up front,
@@ -102,61 +52,83 @@ impl DaySource for OnePage {
 ///    page left them, are counted with those the whole listing lacks, the
 ///    guard asked, and the unlisted ones turned into their own tombstones
 ///    in one statement.
-/// 4. Last, the day's ledger row ([`DaySource::synced`]): one upsert that
+/// 4. Last, the day's ledger row ([`DayWrite::synced`]): one upsert that
 ///    records the success, clears the failure and raises a listing's
 ///    watermark (only if higher). Last, so that of two concurrent applies
 ///    of a day the row ends as the last committer wrote it.
 ///
 /// Any error, the guard's refusal included, drops the transaction
 /// uncommitted: rusqlite rolls it back, and nothing of the day is written.
-///
-/// `staged` adds up the rows a listing's staging inserted and deleted (in
-/// `temp`, committed or not), which SQLite's `total_changes()` counts and
-/// [`SqliteStore::total_changes`](crate::SqliteStore::total_changes) does
-/// not.
 pub(crate) fn apply_day(
     conn: &mut Connection,
-    sql: &Statements,
-    max_value_bytes: usize,
-    staged: &AtomicU64,
-    source: &mut dyn DaySource,
+    w: &Writer<'_>,
+    day: &mut DayWrite,
 ) -> Result<Counts> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(backend)?;
-    let watermarks = read_watermarks(&tx, sql, source.days())?;
-    let listing = source.as_of();
+    // 1.
+    let watermarks = read_watermarks(&tx, w.sql, day.days())?;
+    let listing = day.as_of();
     let clear_listed = || -> Result<()> {
         let cleared = tx.execute(LISTED_CLEAR, []).map_err(backend)?;
-        staged.fetch_add(cleared as u64, Relaxed);
+        w.staged.fetch_add(cleared as u64, Relaxed);
         Ok(())
     };
     if listing.is_some() {
         tx.execute(LISTED_CREATE, []).map_err(backend)?;
         clear_listed()?;
     }
+    // 2.
     let mut counts = Counts::default();
-    while let Some(page) = source.next_page()? {
-        admit(&page, max_value_bytes)?;
-        merge_page(&tx, sql, &watermarks, &page, &mut counts)?;
+    while let Some(page) = next_page(w, day)? {
+        check_value_sizes(&page, w.max_value_bytes)?;
+        merge_page(&tx, w.sql, &watermarks, &page, &mut counts)?;
         if listing.is_some() {
-            let mut stage = tx.prepare_cached(LISTED_ADD).map_err(backend)?;
-            for record in page.iter() {
-                let added = stage.execute([record.key()]).map_err(backend)?;
-                staged.fetch_add(added as u64, Relaxed);
-            }
+            stage_keys(&tx, w, &page)?;
         }
     }
+    // 3.
     if let Some(as_of) = listing {
-        let unlisted = tombstone_unlisted(&tx, sql, source, as_of)?;
+        let unlisted = tombstone_unlisted(&tx, w.sql, day, as_of)?;
         counts.deleted += unlisted;
         counts.unlisted = unlisted;
         clear_listed()?;
     }
-    let synced = source.synced(counts)?;
-    write_ledger(&tx, sql, source.day(), &synced)?;
+    // 4.
+    write_ledger(&tx, w.sql, day.day(), &day.synced(counts))?;
+    if w.abandoned.load(Relaxed) {
+        return Err(abandoned());
+    }
     tx.commit().map_err(backend)?;
     Ok(counts)
+}
+
+/// The day's next page, unless the caller stopped waiting.
+fn next_page(w: &Writer<'_>, day: &mut DayWrite) -> Result<Option<Vec<Record>>> {
+    if w.abandoned.load(Relaxed) {
+        return Err(abandoned());
+    }
+    day.next_page(w.page.rows, w.page.bytes)
+}
+
+/// The caller's future was dropped mid-write: the write rolls back.
+fn abandoned() -> Error {
+    Error::backend(
+        BACKEND,
+        false,
+        "the call was dropped before the day was written; nothing of it was written",
+    )
+}
+
+/// Stages a listing's page of keys in [`LISTED`](crate::sql::LISTED).
+fn stage_keys(conn: &Connection, w: &Writer<'_>, page: &[Record]) -> Result<()> {
+    let mut stage = conn.prepare_cached(LISTED_ADD).map_err(backend)?;
+    for record in page {
+        let added = stage.execute([record.key()]).map_err(backend)?;
+        w.staged.fetch_add(added as u64, Relaxed);
+    }
+    Ok(())
 }
 
 /// The listing watermark of each day, as it is before this apply (which
@@ -164,11 +136,11 @@ pub(crate) fn apply_day(
 fn read_watermarks(
     conn: &Connection,
     sql: &Statements,
-    days: Vec<NaiveDate>,
+    days: &[NaiveDate],
 ) -> Result<HashMap<NaiveDate, Option<String>>> {
     let mut watermark = conn.prepare_cached(&sql.watermark).map_err(backend)?;
     let mut watermarks = HashMap::with_capacity(days.len());
-    for day in days {
+    for &day in days {
         let mark: Option<Option<String>> = watermark
             .query_row([format_date(day)], |row| row.get(0))
             .optional()
@@ -176,23 +148,6 @@ fn read_watermarks(
         watermarks.insert(day, mark.flatten());
     }
     Ok(watermarks)
-}
-
-/// A value SQLite would refuse (its length limit bounds the whole row) is
-/// an invalid record, named, before anything of its page is written;
-/// checked here and not by SQLite, whose error would be opaque.
-fn admit(records: &[Record], max_value_bytes: usize) -> Result<()> {
-    match records.iter().find(|r| r.value().len() > max_value_bytes) {
-        Some(record) => Err(Error::InvalidRecord {
-            key: record.key().to_owned(),
-            field: Field::Value,
-            problem: Problem::TooLong {
-                len: record.value().len(),
-                max: max_value_bytes,
-            },
-        }),
-        None => Ok(()),
-    }
 }
 
 /// Merges one page's records, in key order, and counts what happens to
@@ -281,10 +236,10 @@ fn merge_page(
 fn tombstone_unlisted(
     conn: &Connection,
     sql: &Statements,
-    source: &mut dyn DaySource,
+    write: &DayWrite,
     as_of: DateTime<Utc>,
 ) -> Result<u64> {
-    let day = format_date(source.day());
+    let day = format_date(write.day());
     let as_of = format_instant(as_of);
     let (live, would_delete): (i64, i64) = conn
         .prepare_cached(&sql.count_unlisted)
@@ -294,7 +249,7 @@ fn tombstone_unlisted(
         .map_err(backend)?;
     let (live, would_delete) = (live as u64, would_delete as u64);
     // On a refusal the caller's transaction rolls back when dropped.
-    source.check_replace(would_delete, live)?;
+    write.check_replace(would_delete, live)?;
     let tombstoned = conn
         .prepare_cached(&sql.tombstone_unlisted)
         .and_then(|mut stmt| stmt.execute(params![day, as_of]))
@@ -328,7 +283,7 @@ fn write_ledger(
                 format_date(day),
                 format_instant(synced.at),
                 synced.run_id.as_ref().map(RunId::as_str),
-                mode_text(synced.mode)?,
+                mode_text(synced.mode),
                 synced.as_of.map(format_instant),
                 synced.digest.to_string(),
                 count(c.inserted),
@@ -342,15 +297,4 @@ fn write_ledger(
         })
         .map_err(backend)?;
     Ok(())
-}
-
-/// How the ledger's `mode` column spells a mode.
-fn mode_text(mode: Mode) -> rusqlite::Result<&'static str> {
-    match mode {
-        Mode::Merge => Ok("merge"),
-        Mode::Replace => Ok("replace"),
-        other => Err(rusqlite::Error::ToSqlConversionFailure(
-            format!("no ledger spelling for mode {other:?}").into(),
-        )),
-    }
 }

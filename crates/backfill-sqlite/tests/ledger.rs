@@ -33,7 +33,7 @@ fn listing(as_of: i64) -> WriteOptions {
     WriteOptions::default()
         .mode(Mode::Replace)
         .as_of(at(as_of))
-        .guard(ReplaceGuard::off())
+        .replace_guard(ReplaceGuard::off())
 }
 
 async fn file_store(dir: &tempfile::TempDir, table: &str) -> (SqliteStore, PathBuf) {

@@ -93,7 +93,7 @@ fn seed() -> Vec<(u32, Vec<Record>, WriteOptions)> {
     let listing_at_50 = WriteOptions::default()
         .mode(Mode::Replace)
         .as_of(at(50))
-        .guard(ReplaceGuard::off());
+        .replace_guard(ReplaceGuard::off());
     vec![
         (D, vec![rec("k035", D, "old", 10)], listing_at_50),
         (D + 1, vec![rec("k035y", D + 1, "v", 10)], listing_at_50),
@@ -243,7 +243,7 @@ async fn a_listing_tombstones_what_the_whole_listing_lacks() {
     let options = WriteOptions::default()
         .mode(Mode::Replace)
         .as_of(at(500))
-        .guard(ReplaceGuard::default().max_delete_fraction(0.6));
+        .replace_guard(ReplaceGuard::default().max_delete_fraction(0.6));
     for s in [&store as &dyn Store, &reference] {
         upsert(s, day(D), all.clone(), WriteOptions::default())
             .await
@@ -273,7 +273,7 @@ async fn the_guard_sees_the_whole_listing() {
             .mode(Mode::Replace)
             .as_of(at(500))
             .event_dates(EventDates::Lenient)
-            .guard(ReplaceGuard::default().max_delete_fraction(fraction));
+            .replace_guard(ReplaceGuard::default().max_delete_fraction(fraction));
         let got = streamed(&p, &fetch(), 5, options).await;
         let expected = upsert(&b, day(D), fetch(), options).await;
         // 31 of the day's live rows go, between 30% and 60% of them.
@@ -334,7 +334,7 @@ async fn an_error_in_a_later_page_leaves_nothing_of_the_day() {
         let options = WriteOptions::default()
             .mode(mode)
             .as_of(at(500))
-            .guard(ReplaceGuard::off());
+            .replace_guard(ReplaceGuard::off());
         let error = streamed(&store, &records, 3, options).await.unwrap_err();
         let batch_error = upsert(&batch_store, day(D), records.clone(), options)
             .await
@@ -374,7 +374,7 @@ async fn a_dropped_call_leaves_nothing_and_frees_the_store() {
     let options = WriteOptions::default()
         .mode(Mode::Replace)
         .as_of(at(500))
-        .guard(ReplaceGuard::off());
+        .replace_guard(ReplaceGuard::off());
     let empty = state(&store).await;
     // One poll: the writer starts, takes the first pages, and the reader
     // waits for room in the channel; then the call is dropped.

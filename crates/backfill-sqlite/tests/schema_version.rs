@@ -187,7 +187,7 @@ async fn assert_upgrades_in_place(ddl: &str) {
     let listing = WriteOptions::default()
         .mode(Mode::Replace)
         .as_of(instant(30))
-        .guard(ReplaceGuard::off());
+        .replace_guard(ReplaceGuard::off());
     let c = upsert(&store, day(2), Vec::new(), listing).await.unwrap();
     assert_eq!((c.deleted, c.unlisted), (1, 1));
     let expected_all = vec![
@@ -527,7 +527,7 @@ async fn tables_of_one_file_keep_their_own_watermarks() {
     let listing = WriteOptions::default()
         .mode(Mode::Replace)
         .as_of(instant(100))
-        .guard(ReplaceGuard::off());
+        .replace_guard(ReplaceGuard::off());
     upsert(&a, day(1), Vec::new(), listing).await.unwrap();
     // Under a's watermark this would be a tombstone; b has none.
     let c = upsert(

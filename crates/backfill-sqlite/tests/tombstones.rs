@@ -24,7 +24,7 @@ fn listing(as_of: i64) -> WriteOptions {
     WriteOptions::default()
         .mode(Mode::Replace)
         .as_of(at(as_of))
-        .guard(ReplaceGuard::off())
+        .replace_guard(ReplaceGuard::off())
 }
 
 async fn file_store(dir: &tempfile::TempDir) -> (SqliteStore, std::path::PathBuf) {
@@ -246,7 +246,7 @@ async fn a_refused_listing_writes_nothing_not_even_its_watermark() {
     let careful = WriteOptions::default()
         .mode(Mode::Replace)
         .as_of(at(100))
-        .guard(ReplaceGuard::default().max_delete_fraction(0.2));
+        .replace_guard(ReplaceGuard::default().max_delete_fraction(0.2));
     let mut most = records[3..].to_vec();
     most.push(record("new", 1, "v", 1));
     for (batch, options) in [

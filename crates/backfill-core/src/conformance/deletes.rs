@@ -6,9 +6,8 @@ use chrono::Duration;
 
 use super::helpers::*;
 use crate::error::Error;
-use crate::store::{Counts, Mode, Refusal, ReplaceGuard, Store};
-use crate::write::{EventDates, WriteOptions};
 use crate::MemoryStore;
+use crate::{Counts, EventDates, Mode, Refusal, ReplaceGuard, Store, WriteOptions};
 
 /// A tombstone beats a live version with the same `updated_at`, whichever
 /// arrives first; reads no longer see the key, the tombstone is kept.
@@ -311,7 +310,7 @@ pub async fn empty_listing_is_refused_unless_allowed(store: &dyn Store) {
     // The refused listing left no watermark: a version at 5 is still live.
     let c = apply(store, d, vec![rec(&k("c"), d, "v", at(5))]).await;
     assert_eq!(c.inserted, 1);
-    let allowed = guarded.guard(ReplaceGuard::default().allow_empty(true));
+    let allowed = guarded.replace_guard(ReplaceGuard::default().allow_empty(true));
     let c = apply_with(store, d, Vec::new(), allowed).await;
     assert_eq!((c.deleted, c.unlisted), (3, 3));
     assert!(store.day_rows(d).await.unwrap().is_empty());
@@ -328,7 +327,7 @@ pub async fn too_large_a_replace_is_refused(store: &dyn Store) {
     let careful = WriteOptions::default()
         .mode(Mode::Replace)
         .as_of(at(10))
-        .guard(ReplaceGuard::default().max_delete_fraction(0.2));
+        .replace_guard(ReplaceGuard::default().max_delete_fraction(0.2));
     match upsert_result(store, d, all[..7].to_vec(), careful).await {
         Err(Error::ReplaceRefused {
             would_delete: 3,

@@ -4,8 +4,8 @@
 use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
 
 use crate::record::Record;
-use crate::store::{Counts, Mode, ReplaceGuard, Store};
 use crate::write::{upsert, WriteOptions};
+use crate::{Counts, Mode, ReplaceGuard, Store};
 use crate::{Job, MemoryStore, Retry};
 
 /// Day `n` of the suite's calendar (2026-01-01 is day 0).
@@ -105,7 +105,7 @@ pub(super) fn listing(as_of: DateTime<Utc>) -> WriteOptions {
     WriteOptions::default()
         .mode(Mode::Replace)
         .as_of(as_of)
-        .guard(ReplaceGuard::off())
+        .replace_guard(ReplaceGuard::off())
 }
 
 pub(super) async fn oracle(batches: &[(NaiveDate, Vec<Record>, WriteOptions)]) -> Vec<Record> {

@@ -8,8 +8,8 @@ use chrono::{Duration, NaiveDate};
 use super::helpers::*;
 use crate::error::Error;
 use crate::record::Record;
-use crate::store::{Mode, Store};
 use crate::{FixedClock, Job, MemoryStore, Transient};
+use crate::{Mode, Store};
 
 /// Backfilling the same range twice: the second run inserts nothing, writes
 /// nothing and leaves the row count unchanged.

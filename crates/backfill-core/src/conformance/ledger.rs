@@ -7,9 +7,10 @@ use futures_util::future::join_all;
 use super::helpers::*;
 use crate::ledger::{DayFailure, DayState, Digest, LedgerEntry, RunId, SyncStamp};
 use crate::record::Record;
-use crate::store::{Batch, Mode, ReplaceGuard, Store};
+use crate::stream::{DayWrite, Header};
 use crate::write::{upsert_stamped, WriteOptions};
 use crate::FixedClock;
+use crate::{Mode, ReplaceGuard, Store};
 
 /// The ledger entry of one day, if any.
 async fn ledger_of(store: &dyn Store, d: chrono::NaiveDate) -> Option<LedgerEntry> {
@@ -60,7 +61,7 @@ pub async fn ledger_row_says_what_the_apply_did(store: &dyn Store) {
     let listing = WriteOptions::default()
         .mode(Mode::Replace)
         .as_of(at(20))
-        .guard(ReplaceGuard::off());
+        .replace_guard(ReplaceGuard::off());
     let counts = upsert_stamped(
         store,
         d,
@@ -89,17 +90,18 @@ pub async fn ledger_row_commits_with_the_rows(store: &dyn Store) {
         at(1),
     );
     let records = vec![rec("ledger-atomic/a", d, "v", at(1)), refused];
-    let batch = Batch::new(
-        d,
-        Mode::Merge,
-        at(2),
-        ReplaceGuard::off(),
-        records,
-        0,
-        stamp(2, "bad"),
-    );
+    let header = Header {
+        day: d,
+        mode: Mode::Merge,
+        as_of: at(2),
+        guard: ReplaceGuard::off(),
+        stamp: stamp(2, "bad"),
+    };
     assert!(
-        store.apply(&batch).await.is_err(),
+        store
+            .apply(DayWrite::whole(header, records, 0))
+            .await
+            .is_err(),
         "the store must refuse the bad record"
     );
     assert!(rows_under(store, "ledger-atomic/").await.is_empty());
@@ -265,7 +267,7 @@ pub async fn unchanged_batches_are_skipped_by_digest(store: &dyn Store) {
     let listing = skip
         .mode(Mode::Replace)
         .as_of(at(8))
-        .guard(ReplaceGuard::off());
+        .replace_guard(ReplaceGuard::off());
     let replaced = upsert_stamped(store, d, changed, listing, stamp(8, "four"))
         .await
         .unwrap();

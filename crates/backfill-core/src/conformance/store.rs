@@ -8,8 +8,8 @@ use super::helpers::*;
 use crate::error::{Error, Field, Problem};
 use crate::ledger::SyncStamp;
 use crate::record::{Record, MAX_KEY_BYTES};
-use crate::store::{Batch, Counts, Mode, ReplaceGuard, Store};
-use crate::write::{upsert, EventDates, WriteOptions};
+use crate::stream::{DayWrite, Header};
+use crate::{upsert, Counts, EventDates, Mode, ReplaceGuard, Store, WriteOptions};
 
 /// Records land in an empty store, all counted as inserted, readable back
 /// exactly, in key order.
@@ -172,7 +172,7 @@ pub async fn replace_deletes_only_missing_keys_of_that_day(store: &dyn Store) {
 pub async fn replace_with_empty_batch_empties_the_day(store: &dyn Store) {
     let replace = WriteOptions::default()
         .mode(Mode::Replace)
-        .guard(ReplaceGuard::default().allow_empty(true));
+        .replace_guard(ReplaceGuard::default().allow_empty(true));
     apply(
         store,
         day(20),
@@ -312,16 +312,14 @@ pub async fn failure_mid_batch_leaves_nothing(store: &dyn Store) {
             at: at(100),
             run_id: None,
         };
-        let batch = Batch::new(
-            day(30),
+        let header = Header {
+            day: day(30),
             mode,
-            at(100),
-            ReplaceGuard::off(),
-            records,
-            0,
+            as_of: at(100),
+            guard: ReplaceGuard::off(),
             stamp,
-        );
-        let result = store.apply(&batch).await;
+        };
+        let result = store.apply(DayWrite::whole(header, records, 0)).await;
         assert!(
             result.is_err(),
             "{mode:?}: a store must refuse a record whose key is {} bytes (got {result:?})",

@@ -9,8 +9,8 @@ use super::helpers::*;
 use crate::error::BoxError;
 use crate::ledger::{LedgerEntry, RunId, SyncStamp};
 use crate::record::Record;
-use crate::store::{Counts, Mode, Store};
 use crate::write::{upsert_stamped, upsert_stream_stamped, WriteOptions};
+use crate::{Counts, Mode, Store};
 use crate::{Error, MemoryStore};
 
 /// A streamed day's chunks, as a fetch's stream yields them.

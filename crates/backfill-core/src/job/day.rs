@@ -12,11 +12,12 @@ use tracing::Instrument;
 use super::event::Event;
 use super::report::DayReport;
 use super::Job;
+use crate::counts::Counts;
 use crate::error::{fetch_error, Error, Result};
 use crate::fetch::{Body, Fetch};
 use crate::ledger::{DayFailure, RunId, SyncStamp};
-use crate::store::{Counts, Store};
-use crate::write::{upsert_stamped, upsert_stream_stamped};
+use crate::store::Store;
+use crate::write::{streamed_day, whole_day, write_day};
 
 impl Job {
     /// One day, with retries; on failure, the last error and the attempts.
@@ -139,17 +140,19 @@ impl Job {
                         at: self.clock.now(),
                         run_id,
                     };
-                    upsert_stamped(store, day, records, options, stamp).await
+                    let write = whole_day(day, records, options, stamp)?;
+                    write_day(store, write, options).await
                 }
                 Body::Stream(chunks) => {
                     // Stamped when the stream has ended: the apply begins
                     // then.
                     let clock = &self.clock;
-                    upsert_stream_stamped(store, day, chunks, options, || SyncStamp {
+                    let stamp = || SyncStamp {
                         at: clock.now(),
                         run_id,
-                    })
-                    .await
+                    };
+                    let write = streamed_day(day, chunks, options, stamp).await?;
+                    write_day(store, write, options).await
                 }
             }
         };

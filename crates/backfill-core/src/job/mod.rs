@@ -6,8 +6,8 @@
 //! - `retry.rs`: the [`Retry`] policy;
 //! - `event.rs`: the [`Event`]s an observer sees;
 //! - `day.rs`: running one day (attempts, timeout, panic capture);
-//! - `report.rs`: [`DayReport`], [`FailedDay`], [`RunReport`],
-//!   [`BackfillError`];
+//! - `report.rs`: [`DayReport`], [`FailedDay`], [`RunReport`];
+//! - `error.rs`: [`BackfillError`], a run whose days failed;
 //! - `select.rs`: choosing days by the ledger ([`Select`]) and where days
 //!   stand ([`Status`]);
 //! - `shard.rs`: splitting days between processes ([`Shard`]);
@@ -15,6 +15,7 @@
 
 mod clock;
 mod day;
+mod error;
 mod event;
 mod report;
 mod retry;
@@ -32,18 +33,22 @@ use chrono::{NaiveDate, TimeZone};
 use futures_util::StreamExt;
 use tracing::Instrument;
 
+use crate::counts::Mode;
 use crate::error::{Error, Result};
 use crate::fetch::Fetch;
+use crate::guard::ReplaceGuard;
 use crate::ledger::{DayState, LedgerEntry, RunId};
-use crate::store::{Mode, ReplaceGuard, Store};
-use crate::write::{EventDates, WriteOptions};
+use crate::record::EventDates;
+use crate::store::Store;
+use crate::write::WriteOptions;
 
 use self::clock::Calendar;
 use self::event::Observer;
 
 pub use self::clock::{Clock, FixedClock, SystemClock};
+pub use self::error::BackfillError;
 pub use self::event::Event;
-pub use self::report::{BackfillError, DayReport, FailedDay, RunReport};
+pub use self::report::{DayReport, FailedDay, RunReport};
 pub use self::retry::Retry;
 pub use self::select::{DayStatus, NotSelected, Select, Status};
 pub use self::shard::{ParseShardError, Shard};
@@ -229,7 +234,7 @@ impl Job {
     /// What one replace may delete (default [`ReplaceGuard::default`]: an
     /// empty listing may not empty a day that has rows).
     pub fn replace_guard(mut self, guard: ReplaceGuard) -> Self {
-        self.write.guard = guard;
+        self.write.replace_guard = guard;
         self
     }
 

@@ -285,7 +285,7 @@ async fn a_day_larger_than_one_chunk_is_atomic_and_exact() {
     };
     let store = PostgresStore::builder()
         .schema(testkit::unique_schema())
-        .chunk_rows(1_000)
+        .page_rows(1_000)
         .connect(&url)
         .await
         .unwrap();
@@ -560,7 +560,7 @@ async fn purge_removes_only_old_tombstones() {
     let replace = WriteOptions::default()
         .mode(Mode::Replace)
         .as_of(at + Duration::hours(1))
-        .guard(ReplaceGuard::off());
+        .replace_guard(ReplaceGuard::off());
     let newer: Vec<Record> = (0..300)
         .step_by(7)
         .map(|i| Record::tombstone(format!("pg/{i:06}"), day(), at + Duration::hours(2)).unwrap())
@@ -644,7 +644,7 @@ async fn a_listing_waits_for_a_concurrent_batch_of_its_day() {
         let options = WriteOptions::default()
             .mode(Mode::Replace)
             .as_of(at + Duration::hours(1))
-            .guard(ReplaceGuard::off());
+            .replace_guard(ReplaceGuard::off());
         tokio::spawn(async move { upsert(&store, day(), Vec::new(), options).await })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -679,7 +679,7 @@ async fn a_listing_in_several_key_ranges_matches_the_reference() {
     };
     let store = PostgresStore::builder()
         .schema(testkit::unique_schema())
-        .chunk_bytes(2_000)
+        .page_bytes(2_000)
         .connect(&url)
         .await
         .unwrap();

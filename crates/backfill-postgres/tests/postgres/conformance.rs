@@ -15,7 +15,7 @@ mod in_chunks_of_two {
         let url = testkit::url().await?;
         let store = PostgresStore::builder()
             .schema(testkit::unique_schema())
-            .chunk_rows(2)
+            .page_rows(2)
             .connect(&url)
             .await
             .unwrap_or_else(|e| panic!("connecting to the test Postgres: {e}"));

@@ -46,7 +46,7 @@ async fn keys_inserted_after_the_check_are_judged_by_version_and_counted_once() 
     };
     let store = PostgresStore::builder()
         .schema(testkit::unique_schema())
-        .chunk_rows(100)
+        .page_rows(100)
         .connect(&url)
         .await
         .unwrap();
@@ -118,7 +118,7 @@ async fn a_concurrent_insert_rolled_back_leaves_the_copy_alone() {
     };
     let store = PostgresStore::builder()
         .schema(testkit::unique_schema())
-        .chunk_rows(100)
+        .page_rows(100)
         .connect(&url)
         .await
         .unwrap();
@@ -153,7 +153,7 @@ async fn writers_with_different_chunks_never_deadlock() {
     let open = |rows: usize| {
         PostgresStore::builder()
             .schema(schema.clone())
-            .chunk_rows(rows)
+            .page_rows(rows)
             .connect(&url)
     };
     let (small, large) = (open(7).await.unwrap(), open(1_000).await.unwrap());

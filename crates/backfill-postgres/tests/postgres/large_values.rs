@@ -60,7 +60,7 @@ async fn a_day_is_split_by_bytes_and_stays_exact() {
     };
     let store = PostgresStore::builder()
         .schema(testkit::unique_schema())
-        .chunk_bytes(4_000)
+        .page_bytes(4_000)
         .connect(&url)
         .await
         .unwrap();

@@ -26,7 +26,7 @@ fn records(n: usize, value: &str) -> Vec<Record> {
 async fn store(url: &str) -> PostgresStore {
     PostgresStore::builder()
         .schema(testkit::unique_schema())
-        .chunk_rows(2)
+        .page_rows(2)
         .connect(url)
         .await
         .unwrap()

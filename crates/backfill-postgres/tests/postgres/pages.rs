@@ -1,4 +1,4 @@
-//! Streamed days ([`upsert_stream`]) through `apply_pages`: one
+//! Streamed days ([`upsert_stream`]) through `Store::apply`: one
 //! transaction across every page, one page in memory at a time, and the
 //! very rows, counts and ledger row of the same records as one batch.
 
@@ -34,7 +34,7 @@ fn k(i: usize) -> String {
 async fn open(url: &str, rows: usize) -> PostgresStore {
     PostgresStore::builder()
         .schema(testkit::unique_schema())
-        .chunk_rows(rows)
+        .page_rows(rows)
         .connect(url)
         .await
         .unwrap()
@@ -128,7 +128,7 @@ async fn many_pages_equal_one_batch() {
     let listing = WriteOptions::default()
         .mode(Mode::Replace)
         .as_of(at(500))
-        .guard(guard);
+        .replace_guard(guard);
 
     for options in [WriteOptions::default(), listing] {
         let (paged, whole) = (open(&url, 3).await, open(&url, 10_000).await);
@@ -198,7 +198,7 @@ async fn an_error_in_a_late_page_leaves_nothing_of_the_day() {
     let listing = WriteOptions::default()
         .mode(Mode::Replace)
         .as_of(at(500))
-        .guard(ReplaceGuard::off());
+        .replace_guard(ReplaceGuard::off());
     for options in [WriteOptions::default(), listing] {
         let error = stream_in(&store, &records, 5, options)
             .await

@@ -1,0 +1,92 @@
+//! The replace guard: what one listing may delete, and why it refused.
+
+use std::fmt;
+
+/// What one replace may delete: the guard against an upstream outage that
+/// answers "200, no rows" wiping a day, or a bug that lists a fraction of
+/// it.
+///
+/// By default an empty listing for a day that has live rows is refused,
+/// and any fraction is allowed. Both can be changed:
+///
+/// ```
+/// use backfill_core::ReplaceGuard;
+///
+/// // Refuse any replace that would delete more than 20% of a day.
+/// let careful = ReplaceGuard::default().max_delete_fraction(0.2);
+/// // A day may really become empty upstream.
+/// let trusting = ReplaceGuard::default().allow_empty(true);
+/// # let _ = (careful, trusting);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ReplaceGuard {
+    allow_empty: bool,
+    max_delete_fraction: Option<f64>,
+}
+
+impl ReplaceGuard {
+    /// No guard at all: every replace applies.
+    pub fn off() -> Self {
+        Self {
+            allow_empty: true,
+            max_delete_fraction: None,
+        }
+    }
+
+    /// Whether an empty listing may delete a day's live rows (default
+    /// false).
+    pub fn allow_empty(mut self, allow: bool) -> Self {
+        self.allow_empty = allow;
+        self
+    }
+
+    /// The largest fraction (0 to 1) of a day's live rows one replace may
+    /// delete (default: no limit). Values outside 0..=1 are clamped.
+    pub fn max_delete_fraction(mut self, fraction: f64) -> Self {
+        let fraction = if fraction.is_nan() { 0.0 } else { fraction };
+        self.max_delete_fraction = Some(fraction.clamp(0.0, 1.0));
+        self
+    }
+
+    /// Whether a listing (`empty`: of no record) may turn `would_delete`
+    /// of its day's `live` rows into tombstones; the refusal if not.
+    pub(crate) fn check(&self, empty: bool, would_delete: u64, live: u64) -> Option<Refusal> {
+        if would_delete == 0 {
+            return None;
+        }
+        if empty && !self.allow_empty {
+            return Some(Refusal::EmptyListing);
+        }
+        match self.max_delete_fraction {
+            Some(max) if would_delete as f64 > max * live as f64 => {
+                Some(Refusal::TooLarge { max_fraction: max })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Why a [`ReplaceGuard`] refused a replace, in [`Error::ReplaceRefused`](crate::Error::ReplaceRefused).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The listing was empty and the day has live rows.
+    EmptyListing,
+    /// The replace would delete more than this fraction of the day's live
+    /// rows.
+    TooLarge {
+        /// The guard's limit.
+        max_fraction: f64,
+    },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::EmptyListing => f.write_str("the listing is empty"),
+            Refusal::TooLarge { max_fraction } => {
+                write!(f, "more than {:.1}% of the day", max_fraction * 100.0)
+            }
+        }
+    }
+}
