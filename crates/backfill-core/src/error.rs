@@ -5,7 +5,7 @@ use std::fmt;
 use chrono::NaiveDate;
 
 use crate::guard::Refusal;
-use crate::job::BackfillError;
+use crate::job::error::BackfillError;
 
 /// A boxed error from a fetch function or a storage driver.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -82,6 +82,13 @@ impl From<&str> for RunId {
 pub struct Digest([u8; 16]);
 
 impl Digest {
+    /// What [`purge_tombstones`](crate::Store::purge_tombstones) writes
+    /// over the digest of each day whose tombstones it removed (all zero
+    /// bytes: in practice the digest of no day's records), so that the next
+    /// [`skip_unchanged`](crate::WriteOptions::skip_unchanged) run of the
+    /// day is applied and puts its tombstones back, as a plain re-run would.
+    pub const PURGED: Digest = Digest([0; 16]);
+
     /// The digest's bytes.
     pub fn to_bytes(self) -> [u8; 16] {
         self.0

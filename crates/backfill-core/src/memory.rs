@@ -1,7 +1,7 @@
 //! [`MemoryStore`]: the reference store, and the oracle other stores are
 //! compared to.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::RangeInclusive;
 use std::sync::Mutex;
 
@@ -10,7 +10,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 
 use crate::counts::Counts;
 use crate::error::Result;
-use crate::ledger::{DayFailure, LedgerEntry};
+use crate::ledger::{DayFailure, Digest, LedgerEntry};
 use crate::record::Record;
 use crate::store::Store;
 use crate::stream::DayWrite;
@@ -191,11 +191,24 @@ impl Store for MemoryStore {
 
     async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {
         let mut state = self.lock();
+        let mut touched = BTreeSet::new();
         let count = state.rows.len();
-        state
-            .rows
-            .retain(|_, row| !(row.is_deleted() && row.updated_at() < before));
-        Ok((count - state.rows.len()) as u64)
+        state.rows.retain(|_, row| {
+            let purged = row.is_deleted() && row.updated_at() < before;
+            if purged {
+                touched.insert(row.event_date());
+            }
+            !purged
+        });
+        let purged = (count - state.rows.len()) as u64;
+        // The days whose tombstones went: their digest no longer describes
+        // what is stored.
+        for day in &touched {
+            if let Some(synced) = state.days.get_mut(day).and_then(|e| e.synced.as_mut()) {
+                synced.digest = Digest::PURGED;
+            }
+        }
+        Ok(purged)
     }
 
     async fn ledger(&self, days: RangeInclusive<NaiveDate>) -> Result<Vec<LedgerEntry>> {

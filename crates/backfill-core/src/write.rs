@@ -152,8 +152,10 @@ where
 /// day is left as it was. The records are then applied page by page
 /// through [`Store::apply`].
 ///
-/// `skip_unchanged` does not apply: a stream's digest is known only at its
-/// end (an identical stream still writes nothing).
+/// With [`WriteOptions::skip_unchanged`], the day's digest is found once
+/// the stream has ended, before anything is written (one more pass over
+/// its sorted runs), and a day whose digest is that of its last successful
+/// apply is skipped exactly as a batch is.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill_core::Result<()> {
@@ -205,13 +207,13 @@ where
     S: Store + ?Sized,
 {
     let date = day.day();
-    if let Some(digest) = day.known_digest().filter(|_| options.skips_unchanged()) {
+    if let Some(ahead) = day.ahead().filter(|_| options.skips_unchanged()) {
         let last = store.ledger(date..=date).await?;
         let applied = last.first().and_then(|entry| entry.synced.as_ref());
-        if applied.is_some_and(|synced| synced.digest == digest) {
+        if applied.is_some_and(|synced| synced.digest == ahead.digest) {
             return Ok(Counts {
-                skipped: day.fetched() - day.collapsed(),
-                collapsed: day.collapsed(),
+                skipped: ahead.records,
+                collapsed: ahead.collapsed,
                 ..Counts::default()
             });
         }
@@ -292,7 +294,7 @@ pub(crate) async fn streamed_day(
     drop(chunks);
     let stamp = stamp();
     let at = stamp.at;
-    ingest.finish(options.header(day, stamp, || at))
+    ingest.finish(options.header(day, stamp, || at), options.skips_unchanged())
 }
 
 /// [`upsert`] with a given stamp, as a job's run writes it: for the

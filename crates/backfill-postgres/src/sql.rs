@@ -502,9 +502,17 @@ WITH doomed AS (
     WHERE r.deleted AND r.updated_at < $1
     ORDER BY r.key
     FOR UPDATE
+), purged AS (
+    DELETE FROM {t} AS s USING doomed d
+    WHERE s.key = d.key AND s.deleted AND s.updated_at < $1
+    RETURNING s.event_date
+), digests AS (
+    UPDATE {days} SET digest = '{purged}'
+    WHERE records_table = {name} AND digest IS NOT NULL
+      AND day IN (SELECT event_date FROM purged)
 )
-DELETE FROM {t} AS s USING doomed d
-WHERE s.key = d.key AND s.deleted AND s.updated_at < $1"#
+SELECT count(*) FROM purged"#,
+                purged = backfill_core::Digest::PURGED
             ),
         }
     }

@@ -119,11 +119,15 @@ impl Store for PostgresStore {
     }
 
     async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {
+        // One statement: the rows and the digests of the days they were
+        // tombstones of (now `Digest::PURGED`) go together.
         let client = self.client().await?;
-        client
-            .execute(&self.sql.purge, &[&before])
+        let purged: i64 = client
+            .query_one(&self.sql.purge, &[&before])
             .await
-            .map_err(pg_error)
+            .map_err(pg_error)?
+            .get(0);
+        Ok(purged as u64)
     }
 
     async fn ledger(&self, days: RangeInclusive<NaiveDate>) -> Result<Vec<LedgerEntry>> {

@@ -430,6 +430,10 @@ pub(crate) struct Statements {
     pub(crate) record_failure: String,
     /// Tombstones older than an instant, removed.
     pub(crate) purge: String,
+    /// Before [`Statements::purge`], in its transaction: the digest of
+    /// every day whose tombstones it removes becomes
+    /// [`Digest::PURGED`](backfill_core::Digest::PURGED).
+    pub(crate) purge_digests: String,
 }
 
 impl Statements {
@@ -524,6 +528,12 @@ ON CONFLICT (records_table, day) DO UPDATE SET
     attempts = excluded.attempts, error = excluded.error"#
             ),
             purge: format!(r#"DELETE FROM "{table}" WHERE deleted = 1 AND updated_at < ?1"#),
+            purge_digests: format!(
+                r#"UPDATE {DAYS} SET digest = '{purged}'
+WHERE records_table = '{table}' AND digest IS NOT NULL AND day IN (
+    SELECT DISTINCT event_date FROM "{table}" WHERE deleted = 1 AND updated_at < ?1)"#,
+                purged = backfill_core::Digest::PURGED
+            ),
         }
     }
 }

@@ -14,7 +14,7 @@ use backfill_core::{
     SyncedDay, MAX_KEY_BYTES,
 };
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::task::JoinHandle;
 
 use crate::builder::{Opened, PageSize, SqliteStoreBuilder};
@@ -300,12 +300,21 @@ impl Store for SqliteStore {
     async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {
         self.writable()?;
         self.with_conn(move |conn, sql| {
-            // One statement, so one transaction of its own; SQLite has one
-            // writer at a time, so it cannot deadlock with a batch.
-            let purged = conn
-                .prepare_cached(&sql.purge)
-                .and_then(|mut stmt| stmt.execute([format_instant(before)]))
+            // One IMMEDIATE transaction: the touched days' digests and the
+            // rows go together. SQLite has one writer at a time, so it
+            // cannot deadlock with a day's write.
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(backend)?;
+            let before = format_instant(before);
+            tx.prepare_cached(&sql.purge_digests)
+                .and_then(|mut stmt| stmt.execute([&before]))
+                .map_err(backend)?;
+            let purged = tx
+                .prepare_cached(&sql.purge)
+                .and_then(|mut stmt| stmt.execute([&before]))
+                .map_err(backend)?;
+            tx.commit().map_err(backend)?;
             Ok(purged as u64)
         })
         .await

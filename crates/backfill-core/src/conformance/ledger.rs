@@ -318,3 +318,65 @@ pub async fn job_records_failures_and_dry_runs_write_nothing(store: &dyn Store) 
         failure.error
     );
 }
+
+/// A purge invalidates the digest of every day whose tombstones it
+/// removed, in the same transaction: the next `skip_unchanged` run of such
+/// a day is applied and puts its tombstone back, as a plain re-run does,
+/// so a stale re-delivery of the key stays stale. A day the purge did not
+/// touch is still skipped.
+pub async fn purge_invalidates_the_digests_of_the_days_it_touched(store: &dyn Store) {
+    let (touched, untouched) = (day(560), day(561));
+    let k = |s: &str| format!("ledger-purge/{s}");
+    let day_of = |d| {
+        vec![
+            rec(&k(&format!("{d}/live")), d, "v", at(1)),
+            tomb(&k(&format!("{d}/gone")), d, at(2)),
+        ]
+    };
+    let skip = WriteOptions::default().skip_unchanged(true);
+    // The untouched day's tombstone is newer than the purge's cut-off.
+    let mut later = day_of(untouched);
+    later[1] = tomb(&k(&format!("{untouched}/gone")), untouched, at(20));
+    for (d, records) in [(touched, day_of(touched)), (untouched, later.clone())] {
+        let first = upsert_stamped(store, d, records, skip, stamp(5, "first"))
+            .await
+            .unwrap();
+        assert_eq!((first.inserted, first.deleted), (1, 1));
+    }
+    assert_eq!(store.purge_tombstones(at(10)).await.unwrap(), 1);
+    let purged = ledger_of(store, touched).await.unwrap().synced.unwrap();
+    assert_eq!(purged.digest, Digest::PURGED);
+
+    let again = upsert_stamped(store, touched, day_of(touched), skip, stamp(6, "again"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.skipped, again.deleted, again.unchanged),
+        (0, 1, 1),
+        "the purged day is applied again, its tombstone restored"
+    );
+    let stale = rec(&k(&format!("{touched}/gone")), touched, "stale", at(1));
+    let late = upsert_stamped(
+        store,
+        touched,
+        vec![stale],
+        WriteOptions::default(),
+        stamp(7, "late"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(late.stale, 1, "a stale re-delivery stays stale");
+    assert!(store
+        .get(&k(&format!("{touched}/gone")))
+        .await
+        .unwrap()
+        .is_none());
+
+    let other = upsert_stamped(store, untouched, later, skip, stamp(8, "other"))
+        .await
+        .unwrap();
+    assert_eq!(
+        other.skipped, 2,
+        "a day the purge did not touch is still skipped"
+    );
+}

@@ -121,9 +121,11 @@ macro_rules! conformance_tests {
             failure_then_success_clears_it,
             concurrent_runs_of_a_day_leave_one_consistent_row,
             unchanged_batches_are_skipped_by_digest,
+            purge_invalidates_the_digests_of_the_days_it_touched,
             job_records_failures_and_dry_runs_write_nothing,
             // stream.rs: streamed days
             streamed_day_equals_one_batch,
+            unchanged_streams_are_skipped_by_digest,
             failure_mid_stream_leaves_nothing,
             empty_stream_is_an_empty_day,
             // job.rs: the engine through a store

@@ -228,3 +228,59 @@ pub async fn empty_stream_is_an_empty_day(store: &dyn Store) {
     let synced = entry(store, d).await.and_then(|e| e.synced).unwrap();
     assert_eq!((synced.at, synced.counts), (at(3), Counts::default()));
 }
+
+/// With `skip_unchanged`, a streamed day with the digest of its day's last
+/// apply is skipped exactly as the same batch is: nothing read from the
+/// table or written, its ledger row included, the records counted
+/// `skipped` and the duplicates `collapsed`; whether its chunks were
+/// spilled to temporary files or held in memory. One byte changed, and it
+/// is applied.
+pub async fn unchanged_streams_are_skipped_by_digest(store: &dyn Store) {
+    for (n, (budget, chunk)) in [(0, 1), (0, 5), (usize::MAX, 3), (usize::MAX, 1000)]
+        .into_iter()
+        .enumerate()
+    {
+        let p = format!("stream-skip/{n}/");
+        let d = day(460 + n as i64);
+        let records = fetch(&p, d);
+        let skip = WriteOptions::default()
+            .skip_unchanged(true)
+            .stream_memory(budget);
+        let first = streamed(store, d, ok_chunks(&records, chunk), skip, 500)
+            .await
+            .unwrap();
+        assert!(first.written() > 0, "budget {budget} chunk {chunk}");
+        let before = (entry(store, d).await, versions_under(store, &p).await);
+        let again = streamed(store, d, ok_chunks(&records, chunk), skip, 600)
+            .await
+            .unwrap();
+        let batch = upsert_stamped(&MemoryStore::new(), d, records.clone(), skip, stamp(1))
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                again.skipped,
+                again.collapsed,
+                again.written(),
+                again.unchanged
+            ),
+            (batch.applied(), batch.collapsed, 0, 0),
+            "budget {budget} chunk {chunk}: skipped like the batch"
+        );
+        assert_eq!(
+            (entry(store, d).await, versions_under(store, &p).await),
+            before,
+            "budget {budget} chunk {chunk}: a skipped day writes nothing, its ledger row included"
+        );
+        let mut changed = records.clone();
+        changed.push(rec(&format!("{p}99"), d, "one more", at(150)));
+        let applied = streamed(store, d, ok_chunks(&changed, chunk), skip, 700)
+            .await
+            .unwrap();
+        assert_eq!(
+            (applied.skipped, applied.inserted),
+            (0, 1),
+            "budget {budget} chunk {chunk}: a changed day is applied"
+        );
+    }
+}

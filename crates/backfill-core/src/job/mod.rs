@@ -15,7 +15,7 @@
 
 mod clock;
 mod day;
-mod error;
+pub(crate) mod error;
 mod event;
 mod report;
 mod retry;

@@ -61,10 +61,23 @@ enum Pages {
     },
     /// A streamed day's runs, merged as pages are read.
     Runs {
-        merge: Merge,
+        merge: Merge<'static>,
         last_key: Option<String>,
         digest: DigestBuilder,
+        ahead: Option<Ahead>,
     },
+}
+
+/// What a day's pages hold, known before the first is read: a day fetched
+/// whole, or a streamed day whose runs were read once ahead.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ahead {
+    /// [`Digest::of`] the day's records.
+    pub(crate) digest: Digest,
+    /// Its records (unique keys).
+    pub(crate) records: u64,
+    /// Duplicate keys collapsed away, all of them.
+    pub(crate) collapsed: u64,
 }
 
 /// What the job reads back after the store returned: how far the store
@@ -142,13 +155,15 @@ impl DayWrite {
         )
     }
 
-    /// A streamed day from its merged runs.
+    /// A streamed day from its merged runs (`ahead`, if they were read
+    /// once before).
     pub(super) fn runs(
         header: Header,
         days: Vec<NaiveDate>,
         fetched: u64,
         collapsed: u64,
-        merge: Merge,
+        merge: Merge<'static>,
+        ahead: Option<Ahead>,
     ) -> Self {
         let tally = Tally {
             collapsed: AtomicU64::new(collapsed),
@@ -159,6 +174,7 @@ impl DayWrite {
             merge,
             last_key: None,
             digest: DigestBuilder::default(),
+            ahead,
         };
         Self::new(header, days, fetched, pages, tally)
     }
@@ -184,12 +200,18 @@ impl DayWrite {
         }
     }
 
-    /// The day's digest if it is known before the first page is read: a
-    /// day fetched whole.
-    pub(crate) fn known_digest(&self) -> Option<Digest> {
+    /// What the day's pages hold, if it is known before the first page is
+    /// read: a day fetched whole, or a streamed day read once ahead.
+    pub(crate) fn ahead(&self) -> Option<Ahead> {
         match &self.pages {
-            Pages::Whole { digest, .. } => Some(*digest),
-            Pages::Runs { .. } => None,
+            Pages::Whole {
+                digest, records, ..
+            } => Some(Ahead {
+                digest: *digest,
+                records: records.as_ref().map_or(0, |r| r.len() as u64),
+                collapsed: self.collapsed(),
+            }),
+            Pages::Runs { ahead, .. } => *ahead,
         }
     }
 
@@ -221,21 +243,19 @@ impl DayWrite {
                 merge,
                 last_key,
                 digest,
+                ahead,
             } => {
                 let mut page: Vec<Record> = Vec::new();
                 let mut bytes = 0usize;
                 let mut collapsed = 0;
                 while page.len() < max_rows.max(1) && (page.is_empty() || bytes < max_bytes) {
-                    let Some(record) = merge.next()? else {
+                    let previous = page.last().map(Record::key).or(last_key.as_deref());
+                    let Some(record) = merge.next_winner(previous, &mut collapsed)? else {
                         break;
                     };
-                    let previous = page.last().map(Record::key).or(last_key.as_deref());
-                    if previous == Some(record.key()) {
-                        // A losing version of the key just taken.
-                        collapsed += 1;
-                        continue;
+                    if ahead.is_none() {
+                        digest.update(&record);
                     }
-                    digest.update(&record);
                     bytes += record.key().len() + record.value().len();
                     page.push(record);
                 }
@@ -337,6 +357,9 @@ impl DayWrite {
     pub fn digest(&self) -> Digest {
         match &self.pages {
             Pages::Whole { digest, .. } => *digest,
+            Pages::Runs {
+                ahead: Some(ahead), ..
+            } => ahead.digest,
             Pages::Runs { digest, .. } => digest.finish(),
         }
     }

@@ -8,9 +8,10 @@ use std::io::{BufReader, BufWriter, Seek};
 use chrono::NaiveDate;
 
 use super::codec::encode;
-use super::day::{DayWrite, Header};
+use super::day::{Ahead, DayWrite, Header};
 use super::merge::{sort_and_collapse, spill_error, Merge, Source};
 use crate::error::{Error, Result};
+use crate::ledger::DigestBuilder;
 use crate::record::{EventDates, Record};
 
 /// Runs kept in temporary files at most; beyond, they are merged into one
@@ -109,11 +110,9 @@ impl Ingest {
         let file = tempfile::tempfile().map_err(spill_error)?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         let mut last: Option<Record> = None;
-        while let Some(record) = merge.next()? {
-            if last.as_ref().is_some_and(|l| l.key() == record.key()) {
-                self.collapsed += 1;
-                continue;
-            }
+        while let Some(record) =
+            merge.next_winner(last.as_ref().map(Record::key), &mut self.collapsed)?
+        {
             if let Some(done) = last.replace(record) {
                 encode(&done, &mut out).map_err(spill_error)?;
             }
@@ -127,11 +126,17 @@ impl Ingest {
         Ok(())
     }
 
-    /// The day's write, once the stream has ended.
-    pub(crate) fn finish(mut self, header: Header) -> Result<DayWrite> {
+    /// The day's write, once the stream has ended; with `ahead`, its
+    /// digest is known before its first page (one more pass over the runs,
+    /// reading them without taking them).
+    pub(crate) fn finish(mut self, header: Header, ahead: bool) -> Result<DayWrite> {
         let mut last = std::mem::take(&mut self.buffer);
         self.collapsed += sort_and_collapse(&mut last);
-        let mut sources: Vec<Source> = self
+        let ahead = match ahead {
+            true => Some(self.ahead(&last)?),
+            false => None,
+        };
+        let mut sources: Vec<Source<'_>> = self
             .runs
             .into_iter()
             .map(|file| Source::File(BufReader::with_capacity(1 << 20, file)))
@@ -144,6 +149,41 @@ impl Ingest {
             self.fetched,
             self.collapsed,
             merge,
+            ahead,
         ))
+    }
+
+    /// What the day's pages will hold, found by merging the runs (from
+    /// their start, then rewound) and `last`, the run still in memory.
+    fn ahead(&mut self, last: &[Record]) -> Result<Ahead> {
+        let mut sources = Vec::with_capacity(self.runs.len() + 1);
+        for run in &self.runs {
+            // A clone shares the file's offset: rewound for this pass, and
+            // again after it for the pages.
+            let mut file = run.try_clone().map_err(spill_error)?;
+            file.rewind().map_err(spill_error)?;
+            sources.push(Source::File(BufReader::with_capacity(1 << 20, file)));
+        }
+        sources.push(Source::Borrowed(last.iter()));
+        let mut merge = Merge::new(sources)?;
+        let mut digest = DigestBuilder::default();
+        let (mut records, mut collapsed) = (0, self.collapsed);
+        let mut previous: Option<Record> = None;
+        while let Some(record) =
+            merge.next_winner(previous.as_ref().map(Record::key), &mut collapsed)?
+        {
+            digest.update(&record);
+            records += 1;
+            previous = Some(record);
+        }
+        drop(merge);
+        for run in &mut self.runs {
+            run.rewind().map_err(spill_error)?;
+        }
+        Ok(Ahead {
+            digest: digest.finish(),
+            records,
+            collapsed,
+        })
     }
 }

@@ -34,15 +34,19 @@ pub(super) fn spill_error(error: std::io::Error) -> Error {
 }
 
 /// One run's records, in order.
-pub(super) enum Source {
+pub(super) enum Source<'a> {
     Memory(std::vec::IntoIter<Record>),
+    /// A run in memory read without taking it (each record cloned as the
+    /// merge reaches it): for a pass before the one that takes.
+    Borrowed(std::slice::Iter<'a, Record>),
     File(BufReader<File>),
 }
 
-impl Source {
+impl Source<'_> {
     pub(super) fn next(&mut self) -> Result<Option<Record>> {
         match self {
             Source::Memory(records) => Ok(records.next()),
+            Source::Borrowed(records) => Ok(records.next().cloned()),
             Source::File(file) => decode(file).map_err(spill_error),
         }
     }
@@ -77,13 +81,13 @@ impl Eq for Head {}
 
 /// The runs merged into one sequence: key order, each key's versions
 /// winner first.
-pub(crate) struct Merge {
-    sources: Vec<Source>,
+pub(crate) struct Merge<'a> {
+    sources: Vec<Source<'a>>,
     heap: BinaryHeap<Head>,
 }
 
-impl Merge {
-    pub(super) fn new(mut sources: Vec<Source>) -> Result<Self> {
+impl<'a> Merge<'a> {
+    pub(super) fn new(mut sources: Vec<Source<'a>>) -> Result<Self> {
         let mut heap = BinaryHeap::with_capacity(sources.len());
         for (index, source) in sources.iter_mut().enumerate() {
             if let Some(record) = source.next()? {
@@ -107,6 +111,23 @@ impl Merge {
             });
         }
         Ok(Some(record))
+    }
+
+    /// The next key's winner, passing over (and counting in `collapsed`)
+    /// the losing versions of `previous`, the key taken last.
+    pub(super) fn next_winner(
+        &mut self,
+        previous: Option<&str>,
+        collapsed: &mut u64,
+    ) -> Result<Option<Record>> {
+        while let Some(record) = self.next()? {
+            if previous == Some(record.key()) {
+                *collapsed += 1;
+                continue;
+            }
+            return Ok(Some(record));
+        }
+        Ok(None)
     }
 
     pub(super) fn is_empty(&self) -> bool {

@@ -88,7 +88,7 @@ mod tests {
                     for c in all.chunks(chunk) {
                         ingest.push(c.to_vec()).unwrap();
                     }
-                    let mut pages = ingest.finish(header()).unwrap();
+                    let mut pages = ingest.finish(header(), false).unwrap();
                     let mut got = Vec::new();
                     while let Some(page) = pages.next_page(page_rows, usize::MAX).unwrap() {
                         assert!(page.len() <= page_rows);
@@ -134,7 +134,7 @@ mod tests {
                 record("c", "3", 0),
             ])
             .unwrap();
-        let mut pages = ingest.finish(header()).unwrap();
+        let mut pages = ingest.finish(header(), false).unwrap();
         let mut sizes = Vec::new();
         while let Some(page) = pages.next_page(100, 100).unwrap() {
             sizes.push(page.len());
