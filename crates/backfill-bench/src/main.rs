@@ -4,8 +4,12 @@
 //! ```text
 //! cargo run --release -p backfill-bench -- [--stores memory,sqlite,postgres]
 //!     [--days 30] [--per-day 10000] [--concurrency N] [--repeat N] [--big-day N]
-//!     [--large] [--quick] [--json]
+//!     [--large] [--quick] [--json] [--only SCENARIO,…]
 //! ```
+//!
+//! `--only` runs the groups the named scenarios belong to (a group's
+//! scenarios build on each other): `backfill`, `scale`, `parallel`, `big`,
+//! `cli_ingest`, `random` (the same scenarios with random UUID keys).
 //!
 //! Postgres comes from `BACKFILL_PG_URL` (nothing else may write to it
 //! during the run) or from a container started with Postgres' default
@@ -137,7 +141,7 @@ fn human_bytes(bytes: u64) -> String {
 #[tokio::main]
 async fn main() {
     // A streamed day measured in a process of its own (see
-    // `scenarios/big.rs`).
+    // `scenarios/child.rs`).
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--stream-child") {
         if let Err(e) = scenarios::stream_child(&args[1..]).await {

@@ -25,6 +25,52 @@ pub(crate) struct Settings {
     pub(crate) stream_day: u32,
     /// Rows already in the table (`scale_large`, `--large`).
     pub(crate) large_table: u32,
+    /// `--only`: the groups of scenarios to run; all when empty.
+    pub(crate) only: Vec<&'static str>,
+}
+
+/// The scenarios by group: a group runs as a whole, because its
+/// scenarios build on each other's tables and figures (`--only rerun` runs
+/// the backfill it re-runs, and the rest of its group).
+pub(crate) const GROUPS: [(&str, &[&str]); 6] = [
+    (
+        "backfill",
+        &[
+            "backfill_serial",
+            "backfill",
+            "rerun",
+            "rerun_skip",
+            "changed_day",
+            "stale_day",
+            "replace_day",
+            "replace_rerun",
+        ],
+    ),
+    ("scale", &["scale", "scale_large"]),
+    ("parallel", &["parallel"]),
+    ("big", &["big_day", "big_rerun", "big_stream", "stream_day"]),
+    ("cli_ingest", &["cli_ingest"]),
+    (
+        "random",
+        &[
+            "random_serial",
+            "random_upsert",
+            "random_days",
+            "random_rerun",
+            "random_lookback",
+            "random_stream",
+            "random_large",
+            "large_upsert",
+        ],
+    ),
+];
+
+/// The group `name` (a group's or a scenario's name) belongs to.
+fn group_of(name: &str) -> Option<&'static str> {
+    GROUPS
+        .iter()
+        .find(|(group, scenarios)| *group == name || scenarios.contains(&name))
+        .map(|(group, _)| *group)
 }
 
 impl Settings {
@@ -45,6 +91,7 @@ impl Settings {
             large: false,
             stream_day: 10_000_000,
             large_table: 10_000_000,
+            only: Vec::new(),
         }
     }
 
@@ -65,11 +112,18 @@ impl Settings {
     pub(crate) fn rows(&self) -> u64 {
         u64::from(self.days) * u64::from(self.per_day)
     }
+
+    /// Whether the scenarios of `group` run (see [`GROUPS`]).
+    pub(crate) fn runs(&self, group: &str) -> bool {
+        self.only.is_empty() || self.only.contains(&group)
+    }
 }
 
 pub(crate) fn usage() -> &'static str {
     "usage: backfill-bench [--stores memory,sqlite,postgres] [--days N] [--per-day N] \
-     [--concurrency N] [--repeat N] [--big-day N] [--large] [--quick] [--json]"
+     [--concurrency N] [--repeat N] [--big-day N] [--large] [--quick] [--json] \
+     [--only SCENARIO,…]\n\
+     --only runs each named scenario's group: backfill, scale, parallel, big, cli_ingest, random"
 }
 
 /// The stores to measure, the run's settings, and whether to print JSON.
@@ -80,6 +134,7 @@ pub(crate) fn parse_args() -> Result<(Vec<Kind>, Settings, bool), lexopt::Error>
     let (mut days, mut per_day, mut concurrency, mut repeat) = (None, None, None, None);
     let mut json = false;
     let (mut large, mut big_day) = (false, None);
+    let mut only = Vec::new();
     let mut parser = lexopt::Parser::from_env();
     while let Some(arg) = parser.next()? {
         match arg {
@@ -99,6 +154,16 @@ pub(crate) fn parse_args() -> Result<(Vec<Kind>, Settings, bool), lexopt::Error>
             Long("large") => large = true,
             Long("big-day") => big_day = Some(parser.value()?.parse()?),
             Long("json") => json = true,
+            Long("only") => {
+                let list: String = parser.value()?.parse()?;
+                for name in list.split(',').map(str::trim) {
+                    let group = group_of(name)
+                        .ok_or_else(|| lexopt::Error::from(format!("no scenario {name:?}")))?;
+                    if !only.contains(&group) {
+                        only.push(group);
+                    }
+                }
+            }
             Short('h') | Long("help") => {
                 println!("{}", usage());
                 std::process::exit(0);
@@ -111,6 +176,7 @@ pub(crate) fn parse_args() -> Result<(Vec<Kind>, Settings, bool), lexopt::Error>
     settings.concurrency = concurrency.unwrap_or(settings.concurrency);
     settings.repeat = repeat.unwrap_or(settings.repeat).max(1);
     settings.large = large;
+    settings.only = only;
     // `--large`: a big day of 4 000 000 records unless given.
     settings.big_day = big_day.unwrap_or(if large { 4_000_000 } else { settings.big_day });
     Ok((stores, settings, json))

@@ -4,7 +4,10 @@
 
 use backfill_core::MemoryStore;
 
-use super::measure::{check, delta, floor_seconds, job, ledger_rows, timed_backfill, Run};
+use super::measure::{
+    best_backfill, check, delta, floor_seconds, job, ledger_rows, timed_backfill, Run,
+};
+use crate::dataset::Keys;
 use crate::settings::Settings;
 use crate::stores::{Kind, Target};
 use crate::Measurement;
@@ -31,31 +34,16 @@ pub(crate) async fn backfill_serial(
         ..s.clone()
     };
     let floor = floor_seconds(&mut run.env, all_rows, 1, s.repeat).await?;
-    let mut best = f64::MAX;
-    let mut peak = 0;
-    let mut written = None;
-    for _ in 0..s.repeat {
-        let target = run.env.fresh(1).await?;
-        let (report, seconds, run_peak) =
-            timed_backfill(target.store(), job(&serial), &serial).await?;
-        peak = peak.max(run_peak);
-        if report.totals().inserted != s.rows() {
-            return Err(format!("backfill inserted {:?}", report.totals()));
-        }
-        if seconds < best {
-            best = seconds;
-            written = target.rows_written().await?;
-        }
-    }
+    let best = best_backfill(run, &serial, Keys::Friendly).await?;
     Ok(Measurement {
         rows: s.rows(),
-        seconds: best,
+        seconds: best.seconds,
         baseline: Some(run.kind.floor()),
         baseline_seconds: Some(floor),
-        rows_written: written,
-        peak_rss_bytes: peak,
+        rows_written: best.written,
+        peak_rss_bytes: best.peak,
         target: goal_text.into(),
-        pass: run.judged(goal.map(|g| floor / best >= g)),
+        pass: run.judged(goal.map(|g| floor / best.seconds >= g)),
         detail: format!(
             "{} days x {} records, concurrency 1, against one COPY stream",
             s.days, s.per_day
@@ -79,36 +67,15 @@ pub(crate) async fn backfill(
         _ => 1,
     };
     let best_floor = floor_seconds(&mut run.env, all_rows, streams, s.repeat).await?;
-    let mut best = f64::MAX;
-    let mut kept: Option<Target> = None;
-    let mut peak = 0;
-    let mut written = None;
-    for _ in 0..s.repeat {
-        let target = run.env.fresh(s.concurrency).await?;
-        let (report, seconds, run_peak) = timed_backfill(target.store(), job(s), s).await?;
-        peak = peak.max(run_peak);
-        if report.totals().inserted != s.rows() {
-            return Err(format!("backfill inserted {:?}", report.totals()));
-        }
-        if seconds < best {
-            best = seconds;
-            written = target
-                .rows_written()
-                .await?
-                .map(|w| w.saturating_sub(ledger_rows(kind, s.days)))
-                .or(Some(report.totals().written()));
-        }
-        kept = Some(target);
-    }
-    let target = kept.expect("at least one run");
-    let ratio = best_floor / best;
+    let best = best_backfill(run, s, Keys::Friendly).await?;
+    let ratio = best_floor / best.seconds;
     let measured = Measurement {
         rows: s.rows(),
-        seconds: best,
+        seconds: best.seconds,
         baseline: Some(kind.floor()),
         baseline_seconds: Some(best_floor),
-        rows_written: written,
-        peak_rss_bytes: peak,
+        rows_written: best.written,
+        peak_rss_bytes: best.peak,
         target: goal_text.into(),
         pass: run.judged(goal.map(|g| ratio >= g)),
         detail: format!(
@@ -123,7 +90,7 @@ pub(crate) async fn backfill(
         ),
         ..run.line("backfill")
     };
-    Ok((measured, target))
+    Ok((measured, best.target))
 }
 
 /// `rerun`: the identical backfill again into `target`, which holds it;

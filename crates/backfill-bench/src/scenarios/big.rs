@@ -1,81 +1,15 @@
 //! Days of any size: one big day against the floor, as one batch; its
 //! identical re-run and the same day streamed, each in a child process of
-//! its own for its peak RSS; and (`--large`) a streamed day of 10 000 000
-//! records.
+//! its own for its peak RSS (see `child.rs`); and (`--large`) a streamed
+//! day of 10 000 000 records.
 
-use std::convert::Infallible;
 use std::time::Instant;
 
-use chrono::NaiveDate;
-
+use super::child::stream_in_child;
 use super::measure::{delta, job_at, ledger_rows, Run};
-use crate::dataset::{day_records, fetch_from, nth_day, streamed, Feed, CHUNK};
-use crate::stores::{peak_rss, reset_peak_rss, Env, Kind, Target};
+use crate::dataset::{day_records, fetch_from, nth_day, Feed, Keys, CHUNK};
+use crate::stores::{peak_rss, reset_peak_rss, Kind, Target};
 use crate::Measurement;
-
-/// What a streamed day did in a child process of its own: its seconds,
-/// its peak RSS (a fresh process, so the figure is the streamed day's
-/// alone, not memory an earlier scenario left with the allocator), and its
-/// counts (written, inserted).
-struct Child {
-    seconds: f64,
-    peak: u64,
-    inserted: u64,
-    written: u64,
-}
-
-/// Streams `n` records of day 0 into `target` from a child process.
-async fn stream_in_child(env: &Env, target: &Target, n: u32) -> Result<Child, String> {
-    let located = env
-        .locate(target)
-        .ok_or("no child process for this store")?;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let output = tokio::process::Command::new(exe)
-        .arg("--stream-child")
-        .arg(n.to_string())
-        .args(&located)
-        .output()
-        .await
-        .map_err(|e| e.to_string())?;
-    if !output.status.success() {
-        return Err(format!(
-            "streamed day in a child process failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&output.stdout).map_err(|e| e.to_string())?;
-    Ok(Child {
-        seconds: v["seconds"].as_f64().unwrap_or_default(),
-        peak: v["peak_rss_bytes"].as_u64().unwrap_or_default(),
-        inserted: v["inserted"].as_u64().unwrap_or_default(),
-        written: v["written"].as_u64().unwrap_or_default(),
-    })
-}
-
-/// The child's side of [`stream_in_child`]: `--stream-child N <store…>`.
-pub(crate) async fn stream_child(args: &[String]) -> Result<(), String> {
-    let (n, located) = args.split_first().ok_or("--stream-child N STORE…")?;
-    let n: u32 = n.parse().map_err(|e| format!("{e}"))?;
-    let store = crate::stores::open_located(located).await?;
-    let fetch = move |d: NaiveDate| async move { Ok::<_, Infallible>(streamed(d, n)) };
-    reset_peak_rss();
-    let started = Instant::now();
-    let report = job_at(1)
-        .sync_day(&*store, &fetch, nth_day(0))
-        .await
-        .map_err(|e| e.to_string())?;
-    let seconds = started.elapsed().as_secs_f64();
-    println!(
-        "{}",
-        serde_json::json!({
-            "seconds": seconds,
-            "peak_rss_bytes": peak_rss(),
-            "inserted": report.counts.inserted,
-            "written": report.counts.written(),
-        })
-    );
-    Ok(())
-}
 
 /// `big_day`: one day of `s.big_day` records as one batch into an empty
 /// table, against the floor (COPY or raw insert of the same rows into an
@@ -130,7 +64,7 @@ pub(crate) async fn big_day(run: &mut Run<'_>) -> Result<(Measurement, Target), 
 pub(crate) async fn big_rerun(run: &Run<'_>, target: &Target) -> Result<Measurement, String> {
     let n = run.s.big_day;
     let written_before = target.rows_written().await?;
-    let rerun = stream_in_child(&run.env, target, n).await?;
+    let rerun = stream_in_child(&run.env, target, n, Keys::Friendly).await?;
     let written = delta(written_before, target.rows_written().await?)
         .map(|w| w.saturating_sub(ledger_rows(run.kind, 1)));
     Ok(Measurement {
@@ -152,7 +86,7 @@ pub(crate) async fn big_rerun(run: &Run<'_>, target: &Target) -> Result<Measurem
 pub(crate) async fn big_stream(run: &mut Run<'_>, floor: f64) -> Result<Measurement, String> {
     let n = run.s.big_day;
     let target = run.env.fresh(1).await?;
-    let streamed = stream_in_child(&run.env, &target, n).await?;
+    let streamed = stream_in_child(&run.env, &target, n, Keys::Friendly).await?;
     if streamed.inserted != u64::from(n) {
         return Err(format!("big_stream inserted {}", streamed.inserted));
     }
@@ -177,7 +111,7 @@ pub(crate) async fn big_stream(run: &mut Run<'_>, floor: f64) -> Result<Measurem
 pub(crate) async fn stream_day(run: &mut Run<'_>) -> Result<Measurement, String> {
     let n = run.s.stream_day;
     let target = run.env.fresh(1).await?;
-    let child = stream_in_child(&run.env, &target, n).await?;
+    let child = stream_in_child(&run.env, &target, n, Keys::Friendly).await?;
     if child.inserted != u64::from(n) {
         return Err(format!("stream_day inserted {}", child.inserted));
     }

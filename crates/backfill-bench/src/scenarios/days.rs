@@ -1,25 +1,13 @@
 //! One day into the backfilled table: changed upstream, stale, replaced by
 //! a listing that lacks a tenth of its records, and that listing again.
 
-use std::time::Instant;
-
-use backfill_core::{Counts, FixedClock, Mode, Record};
+use backfill_core::{Mode, Record};
 use chrono::NaiveDate;
 
-use super::measure::{delta, job, ledger_rows, Run};
-use crate::dataset::{day_records, fetch_from, nth_day, record, Feed};
-use crate::stores::{peak_rss, reset_peak_rss, Target};
+use super::measure::{sync_one, DayRun, Run};
+use crate::dataset::{day_records, nth_day, record};
+use crate::stores::Target;
 use crate::Measurement;
-
-/// What syncing one day did.
-struct DayRun {
-    counts: Counts,
-    seconds: f64,
-    peak: u64,
-    /// Record rows the engine counted as written (the ledger's row left out).
-    written: u64,
-    wal: Option<u64>,
-}
 
 /// The day the changed and stale versions are of: in the middle of the
 /// dataset.
@@ -36,44 +24,16 @@ fn listing(run: &Run<'_>) -> Vec<Record> {
         .collect()
 }
 
-/// Syncs `records` as one day (theirs, or the middle day when empty) in
-/// `mode`, as of the next midnight: both replaces are one listing, true as
-/// of the same instant, the second its identical re-apply.
-async fn sync_one(
+/// Syncs `records` as one day: theirs, or the middle day when there are
+/// none.
+async fn sync_day_of(
     run: &Run<'_>,
     target: &Target,
     records: Vec<Record>,
     mode: Mode,
 ) -> Result<DayRun, String> {
     let day = records.first().map_or(middle_day(run), Record::event_date);
-    let feed = Feed::new([(day, records)]);
-    let w0 = target.rows_written().await?;
-    let wal0 = target.wal_lsn().await?;
-    reset_peak_rss();
-    let started = Instant::now();
-    let as_of = (day + chrono::Duration::days(1))
-        .and_hms_opt(0, 0, 0)
-        .unwrap()
-        .and_utc();
-    let report = job(run.s)
-        .mode(mode)
-        .clock(FixedClock(as_of))
-        .sync_day(target.store(), &|d| fetch_from(&feed, d), day)
-        .await
-        .map_err(|e| e.to_string())?;
-    let seconds = started.elapsed().as_secs_f64();
-    let peak = peak_rss();
-    let written = delta(w0, target.rows_written().await?)
-        .map(|w| w.saturating_sub(ledger_rows(run.kind, 1)))
-        .unwrap_or(report.counts.written());
-    let wal = delta(wal0, target.wal_lsn().await?);
-    Ok(DayRun {
-        counts: report.counts,
-        seconds,
-        peak,
-        written,
-        wal,
-    })
+    sync_one(run, target, day, records, mode).await
 }
 
 /// The line of a one-day scenario; `speedup` is a replace against the
@@ -109,7 +69,7 @@ fn day_line(
 pub(crate) async fn changed_day(run: &Run<'_>, target: &Target) -> Result<Measurement, String> {
     let expected = u64::from(run.s.per_day);
     let records = day_records(middle_day(run), run.s.per_day, true);
-    let day = sync_one(run, target, records, Mode::Merge).await?;
+    let day = sync_day_of(run, target, records, Mode::Merge).await?;
     let ok = day.counts.updated == expected && day.written == expected;
     let goal = format!("exactly {expected} updated");
     Ok(day_line(run, "changed_day", &day, goal, ok, None))
@@ -119,7 +79,7 @@ pub(crate) async fn changed_day(run: &Run<'_>, target: &Target) -> Result<Measur
 /// changed one it now holds: nothing to write.
 pub(crate) async fn stale_day(run: &Run<'_>, target: &Target) -> Result<Measurement, String> {
     let records = day_records(middle_day(run), run.s.per_day, false);
-    let day = sync_one(run, target, records, Mode::Merge).await?;
+    let day = sync_day_of(run, target, records, Mode::Merge).await?;
     let ok = day.counts.stale == u64::from(run.s.per_day) && day.written == 0;
     Ok(day_line(
         run,
@@ -139,7 +99,7 @@ pub(crate) async fn replace_day(
     merge: f64,
 ) -> Result<Measurement, String> {
     let expected = u64::from(run.s.per_day.div_ceil(10));
-    let day = sync_one(run, target, listing(run), Mode::Replace).await?;
+    let day = sync_day_of(run, target, listing(run), Mode::Replace).await?;
     let c = &day.counts;
     let ok = c.deleted == expected && c.unlisted == expected && day.written == expected;
     let goal = format!("exactly {expected} tombstoned");
@@ -155,7 +115,7 @@ pub(crate) async fn replace_rerun(
     target: &Target,
     merge: f64,
 ) -> Result<Measurement, String> {
-    let day = sync_one(run, target, listing(run), Mode::Replace).await?;
+    let day = sync_day_of(run, target, listing(run), Mode::Replace).await?;
     let wal_limit = (run.s.per_day as f64 / 100_000.0 * 1024.0 * 1024.0) as u64;
     let ok = day.counts.written() == 0 && day.written == 0 && day.wal.unwrap_or(0) < wal_limit;
     let goal = "0 rows, WAL < 1 MiB/100k".to_owned();
