@@ -4,15 +4,20 @@
 //! ```text
 //! cargo run --release -p backfill-bench -- [--stores memory,sqlite,postgres]
 //!     [--days 30] [--per-day 10000] [--concurrency N] [--repeat N] [--big-day N]
-//!     [--large] [--quick] [--json]
+//!     [--large] [--quick] [--json] [--only SCENARIO,…]
 //! ```
+//!
+//! `--only` runs the groups the named scenarios belong to (a group's
+//! scenarios build on each other): `backfill`, `scale`, `parallel`, `big`,
+//! `cli_ingest`, `random` (the same scenarios with random UUID keys).
 //!
 //! Postgres comes from `BACKFILL_PG_URL` (nothing else may write to it
 //! during the run) or from a container started with Postgres' default
 //! durability settings, as in the tests.
 
-mod big;
+mod dataset;
 mod scenarios;
+mod settings;
 mod stores;
 
 use std::fmt::Write as _;
@@ -20,8 +25,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::scenarios::Settings;
-use crate::stores::Kind;
+use crate::settings::{parse_args, usage};
 
 /// One measured line: a store and a scenario.
 #[derive(Debug, Clone, Default)]
@@ -75,54 +79,6 @@ impl Measurement {
             "detail": self.detail,
         })
     }
-}
-
-fn usage() -> &'static str {
-    "usage: backfill-bench [--stores memory,sqlite,postgres] [--days N] [--per-day N] \
-     [--concurrency N] [--repeat N] [--big-day N] [--large] [--quick] [--json]"
-}
-
-fn parse_args() -> Result<(Vec<Kind>, Settings, bool), lexopt::Error> {
-    use lexopt::prelude::*;
-    let mut stores = vec![Kind::Memory, Kind::Sqlite, Kind::Postgres];
-    let mut settings = Settings::full();
-    let (mut days, mut per_day, mut concurrency, mut repeat) = (None, None, None, None);
-    let mut json = false;
-    let (mut large, mut big_day) = (false, None);
-    let mut parser = lexopt::Parser::from_env();
-    while let Some(arg) = parser.next()? {
-        match arg {
-            Long("stores") => {
-                let list: String = parser.value()?.parse()?;
-                stores = list
-                    .split(',')
-                    .map(|s| s.trim().parse::<Kind>())
-                    .collect::<Result<_, _>>()
-                    .map_err(|e: String| lexopt::Error::from(e))?;
-            }
-            Long("days") => days = Some(parser.value()?.parse()?),
-            Long("per-day") => per_day = Some(parser.value()?.parse()?),
-            Long("concurrency") => concurrency = Some(parser.value()?.parse()?),
-            Long("repeat") => repeat = Some(parser.value()?.parse()?),
-            Long("quick") => settings = Settings::quick(),
-            Long("large") => large = true,
-            Long("big-day") => big_day = Some(parser.value()?.parse()?),
-            Long("json") => json = true,
-            Short('h') | Long("help") => {
-                println!("{}", usage());
-                std::process::exit(0);
-            }
-            _ => return Err(arg.unexpected()),
-        }
-    }
-    settings.days = days.unwrap_or(settings.days);
-    settings.per_day = per_day.unwrap_or(settings.per_day);
-    settings.concurrency = concurrency.unwrap_or(settings.concurrency);
-    settings.repeat = repeat.unwrap_or(settings.repeat).max(1);
-    settings.large = large;
-    // `--large`: a big day of 4 000 000 records unless given.
-    settings.big_day = big_day.unwrap_or(if large { 4_000_000 } else { settings.big_day });
-    Ok((stores, settings, json))
 }
 
 fn human(rows: &[Measurement]) -> String {
@@ -184,10 +140,11 @@ fn human_bytes(bytes: u64) -> String {
 
 #[tokio::main]
 async fn main() {
-    // A streamed day measured in a process of its own (see `big.rs`).
+    // A streamed day measured in a process of its own (see
+    // `scenarios/child.rs`).
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--stream-child") {
-        if let Err(e) = big::stream_child(&args[1..]).await {
+        if let Err(e) = scenarios::stream_child(&args[1..]).await {
             eprintln!("{e}");
             std::process::exit(1);
         }

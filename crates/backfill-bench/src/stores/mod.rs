@@ -1,5 +1,8 @@
-//! The stores under measurement, their floors (raw bulk insert, COPY) and
-//! the store-side counters (rows written, WAL).
+//! The stores under measurement, their floors (raw bulk insert, COPY, a
+//! hand-rolled upsert; see `floor.rs`) and the store-side counters (rows
+//! written, WAL).
+
+mod floor;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -7,11 +10,10 @@ use std::str::FromStr;
 
 use backfill_core::{MemoryStore, Record, Store};
 use backfill_postgres::PostgresStore;
-use backfill_sqlite::{SqliteStore, DATE_FORMAT, INSTANT_FORMAT};
+use backfill_sqlite::SqliteStore;
 use backfill_testkit as pg_support;
-use futures_util::pin_mut;
-use tokio_postgres::binary_copy::BinaryCopyInWriter;
-use tokio_postgres::types::Type;
+
+use floor::{pg_copy, pg_staged_upsert, sqlite_bulk_insert, sqlite_upsert};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -210,6 +212,29 @@ impl Target {
         }
     }
 
+    /// The hand-rolled pipeline a user would write without this project:
+    /// each of `days` in a transaction of its own, one after the other —
+    /// Postgres: binary `COPY` into a temporary table, then `INSERT …
+    /// SELECT … ON CONFLICT (key) DO UPDATE … WHERE` the row is newer;
+    /// SQLite: that `INSERT … ON CONFLICT` row by row. Returns the rows it
+    /// inserted or updated. The memory store has none.
+    pub(crate) async fn upsert_by_hand(&self, days: &[&[Record]]) -> Result<u64, String> {
+        match self {
+            Target::Memory(_) => Err("the memory store has no hand-rolled upsert".into()),
+            Target::Sqlite { store, path } => {
+                let (path, table) = (path.clone(), store.table().to_owned());
+                let days: Vec<Vec<Record>> = days.iter().map(|d| d.to_vec()).collect();
+                tokio::task::spawn_blocking(move || sqlite_upsert(&path, &table, &days))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())
+            }
+            Target::Postgres(store) => pg_staged_upsert(store, days)
+                .await
+                .map_err(|e| e.to_string()),
+        }
+    }
+
     /// Rows inserted, updated or deleted in this table so far, as the
     /// engine counts them (`None` for the memory store).
     pub(crate) async fn rows_written(&self) -> Result<Option<u64>, String> {
@@ -239,51 +264,6 @@ impl Target {
             .map_err(|e| e.to_string())?;
         Ok(Some(row.get::<_, i64>(0) as u64))
     }
-}
-
-fn sqlite_bulk_insert(path: &PathBuf, table: &str, rows: &[Record]) -> rusqlite::Result<()> {
-    let mut conn = rusqlite::Connection::open(path)?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
-    let tx = conn.transaction()?;
-    {
-        let mut insert = tx.prepare(&format!(
-            r#"INSERT INTO "{table}" (key, event_date, value, updated_at) VALUES (?1, ?2, ?3, ?4)"#
-        ))?;
-        for r in rows {
-            insert.execute(rusqlite::params![
-                r.key(),
-                r.event_date().format(DATE_FORMAT).to_string(),
-                r.value(),
-                r.updated_at().format(INSTANT_FORMAT).to_string(),
-            ])?;
-        }
-    }
-    tx.commit()
-}
-
-async fn pg_copy(store: &PostgresStore, rows: &[Record]) -> Result<(), tokio_postgres::Error> {
-    let client = store.pool().get().await.expect("pool");
-    let sql = format!(
-        r#"COPY "{}"."{}" (key, event_date, value, updated_at) FROM STDIN (FORMAT binary)"#,
-        store.schema(),
-        store.table()
-    );
-    let sink = client.copy_in(&sql).await?;
-    let writer = BinaryCopyInWriter::new(
-        sink,
-        &[Type::TEXT, Type::DATE, Type::TEXT, Type::TIMESTAMPTZ],
-    );
-    pin_mut!(writer);
-    for r in rows {
-        let (date, at) = (r.event_date(), r.updated_at());
-        writer
-            .as_mut()
-            .write(&[&r.key(), &date, &r.value(), &at])
-            .await?;
-    }
-    writer.finish().await?;
-    Ok(())
 }
 
 /// `n_tup_ins + n_tup_upd + n_tup_del` of the store's table, after making
