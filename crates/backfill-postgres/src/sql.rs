@@ -292,6 +292,11 @@ pub(crate) struct Statements {
     pub(crate) watermarked: String,
     /// Whether no stored key lies in `[$1, $2]`: one index descent.
     pub(crate) key_range_empty: String,
+    /// Whether none of the keys `$1` (sorted) is stored: one index descent
+    /// per key, in key order, stopping at the first stored one. Asked when
+    /// a slice's range holds stored rows (keys that interleave with the
+    /// table's: UUIDs, hashed ids).
+    pub(crate) keys_absent: String,
     /// The write of a slice whose key range holds no stored row, in a
     /// batch whose days have no watermark: binary `COPY` of the slice, in
     /// key order. A key another writer inserted after the check fails it
@@ -363,6 +368,16 @@ FROM (SELECT * FROM unnest($1::date[], $2::bool[]) AS u(day, exclusive)
             key_range_empty: format!(
                 r#"SELECT NOT EXISTS (SELECT 1 FROM {t}
                    WHERE key >= $1::text COLLATE "C" AND key <= $2::text COLLATE "C")"#
+            ),
+            // OFFSET 0 keeps a probe per key, in the array's order, as in
+            // the merge below; EXISTS stops at the first stored key.
+            keys_absent: format!(
+                r#"SELECT NOT EXISTS (
+    SELECT 1 FROM unnest($1::text[]) AS k(key)
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM {t} r WHERE r.key = k.key COLLATE "C" OFFSET 0
+    ) s
+)"#
             ),
             copy_in: format!("COPY {t} ({cols}) FROM STDIN (FORMAT binary)"),
             // The conflict-handling write, set-based. `classified` sees the

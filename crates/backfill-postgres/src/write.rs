@@ -86,9 +86,16 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Resul
         copy: match marked {
             true => None,
             false => Some((
-                tx.prepare_cached(&sql.key_range_empty)
-                    .await
-                    .map_err(pg_error)?,
+                CopyChecks {
+                    range_empty: tx
+                        .prepare_cached(&sql.key_range_empty)
+                        .await
+                        .map_err(pg_error)?,
+                    keys_absent: tx
+                        .prepare_cached(&sql.keys_absent)
+                        .await
+                        .map_err(pg_error)?,
+                },
                 tx.prepare_cached(&sql.copy_in).await.map_err(pg_error)?,
             )),
         },
@@ -308,9 +315,9 @@ async fn join2<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
 /// subtransactions it opened so far.
 #[derive(Debug)]
 struct Writes {
-    /// `Statements::key_range_empty` and `Statements::copy_in`, unless a
-    /// day of the apply has a listing watermark.
-    copy: Option<(Statement, Statement)>,
+    /// What tells a slice may be copied, and `Statements::copy_in`, unless
+    /// a day of the apply has a listing watermark.
+    copy: Option<(CopyChecks, Statement)>,
     /// `Statements::merge`.
     merge: Statement,
     /// The store's slice bounds.
@@ -324,9 +331,10 @@ impl Writes {
     /// Writes one page (sorted by key, keys above every earlier page's),
     /// slice by slice in key order, and adds its counts.
     ///
-    /// A slice whose key range holds no stored row (one index descent: a
-    /// day's first sync, a backfill of days the table does not hold yet)
-    /// is copied in whole with binary `COPY`, in key order: the floor's own
+    /// A slice none of whose keys is stored ([`CopyChecks::none_stored`]:
+    /// a day's first sync, a backfill of days the table does not hold yet,
+    /// whether the keys are laid out by day or spread like UUIDs) is
+    /// copied in whole with binary `COPY`, in key order: the floor's own
     /// speed, where `INSERT … ON CONFLICT` pays a speculative insertion per
     /// row. No record of such a slice has a stored version to be compared
     /// with, and the COPY cannot overwrite anything: the primary key
@@ -365,7 +373,7 @@ impl Writes {
         let mut saved: Option<(usize, Counts)> = None;
         for (i, slice) in slices.iter().enumerate() {
             let copy = match &self.copy {
-                Some((empty, copy)) => key_range_empty(tx, empty, slice).await?.then_some(copy),
+                Some((checks, copy)) => checks.none_stored(tx, slice).await?.then_some(copy),
                 None => None,
             };
             let Some(copy) = copy else {
@@ -420,20 +428,39 @@ impl Writes {
     }
 }
 
-/// Whether no stored key lies between the first and the last of `records`.
-async fn key_range_empty(
-    tx: &Transaction<'_>,
-    empty: &Statement,
-    records: &[Record],
-) -> Result<bool> {
-    let (Some(first), Some(last)) = (records.first(), records.last()) else {
-        return Ok(false);
-    };
-    tx.query_one(empty, &[&first.key(), &last.key()])
-        .await
-        .map_err(pg_error)?
-        .try_get(0)
-        .map_err(pg_error)
+/// The statements that tell whether a slice's keys are all absent:
+/// `Statements::key_range_empty` and `Statements::keys_absent`.
+#[derive(Debug)]
+struct CopyChecks {
+    range_empty: Statement,
+    keys_absent: Statement,
+}
+
+impl CopyChecks {
+    /// Whether no key of `records` (sorted) is stored: first whether their
+    /// key range holds no stored row (one index descent: keys laid out by
+    /// day), else key by key (keys that interleave with the table's), which
+    /// stops at the first stored key.
+    async fn none_stored(&self, tx: &Transaction<'_>, records: &[Record]) -> Result<bool> {
+        let (Some(first), Some(last)) = (records.first(), records.last()) else {
+            return Ok(false);
+        };
+        let empty: bool = tx
+            .query_one(&self.range_empty, &[&first.key(), &last.key()])
+            .await
+            .map_err(pg_error)?
+            .try_get(0)
+            .map_err(pg_error)?;
+        if empty {
+            return Ok(true);
+        }
+        let keys: Vec<&str> = records.iter().map(Record::key).collect();
+        tx.query_one(&self.keys_absent, &[&keys])
+            .await
+            .map_err(pg_error)?
+            .try_get(0)
+            .map_err(pg_error)
+    }
 }
 
 /// Adds a copied slice's counts: every record inserted, as itself.
