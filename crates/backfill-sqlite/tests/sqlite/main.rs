@@ -16,6 +16,9 @@
 //!   the same records leave as one batch.
 //! - `limits`: values too large for SQLite are invalid records, refused
 //!   before anything of their batch is written.
+//!
+//! Days, instants and records come from
+//! [`backfill_core::conformance::fixtures`].
 
 mod conformance;
 mod existing_table;
@@ -25,3 +28,13 @@ mod open;
 mod pages;
 mod schema_version;
 mod tombstones;
+
+use std::path::Path;
+
+use rusqlite::Connection;
+
+/// A connection of its own to the database file at `path`, for building or
+/// reading what a test needs behind the store's back.
+fn raw(path: &Path) -> Connection {
+    Connection::open(path).unwrap()
+}
