@@ -4,22 +4,15 @@
 
 use std::time::Duration;
 
+use backfill::conformance::fixtures::{at, day, rec};
 use backfill::postgres::PostgresStore;
 use backfill::sqlite::SqliteStore;
 use backfill::{Error, Field, Job, Problem, Record, Retry, Store};
 use backfill_testkit as testkit;
-use chrono::{DateTime, NaiveDate, TimeZone, Utc};
-
-fn day() -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 3, 1).unwrap()
-}
-
-fn at() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 3, 1, 6, 0, 0).unwrap()
-}
+use chrono::{NaiveDate, TimeZone, Utc};
 
 fn good(i: u32, value: &str) -> Record {
-    Record::new(format!("order:{i}"), day(), value, at()).unwrap()
+    rec(&format!("order:{i}"), day(0), value, at(0))
 }
 
 /// The stores under test, each already holding a few rows; `_dir` keeps the
@@ -44,7 +37,7 @@ async fn stores() -> Stores {
     }
     for (_, store) in &list {
         let seed: Vec<_> = (0..3).map(|i| good(i, "v1")).collect();
-        backfill::upsert(store, day(), seed, Default::default())
+        backfill::upsert(store, day(0), seed, Default::default())
             .await
             .unwrap();
     }
@@ -65,7 +58,7 @@ async fn each_store(case: impl AsyncFn(&'static str, &dyn Store)) {
     }
 }
 
-/// Syncs `day()` with a fetch that builds two good records (one updating a
+/// Syncs `day(0)` with a fetch that builds two good records (one updating a
 /// stored row) and then `bad`, the way a fetch does with `?`; asserts the
 /// sync fails with `expected` and that every store is unchanged.
 async fn rejects(bad: fn() -> Result<Record, Error>, field: Field, problem: Problem) {
@@ -81,7 +74,7 @@ async fn rejects(bad: fn() -> Result<Record, Error>, field: Field, problem: Prob
         Ok::<_, Error>(vec![good(0, "v2"), good(9, "new"), bad()?])
     };
     each_store(
-        async |name, store| match job().sync_day(store, &fetch, day()).await {
+        async |name, store| match job().sync_day(store, &fetch, day(0)).await {
             Err(Error::InvalidRecord {
                 field: f,
                 problem: p,
@@ -96,7 +89,7 @@ async fn rejects(bad: fn() -> Result<Record, Error>, field: Field, problem: Prob
 #[tokio::test]
 async fn empty_key() {
     rejects(
-        || Record::new("", day(), "v", at()),
+        || Record::new("", day(0), "v", at(0)),
         Field::Key,
         Problem::Empty,
     )
@@ -105,9 +98,9 @@ async fn empty_key() {
 
 #[tokio::test]
 async fn key_one_byte_over_512() {
-    assert!(Record::new("k".repeat(512), day(), "v", at()).is_ok());
+    assert!(Record::new("k".repeat(512), day(0), "v", at(0)).is_ok());
     rejects(
-        || Record::new("k".repeat(513), day(), "v", at()),
+        || Record::new("k".repeat(513), day(0), "v", at(0)),
         Field::Key,
         Problem::TooLong { len: 513, max: 512 },
     )
@@ -117,7 +110,7 @@ async fn key_one_byte_over_512() {
 #[tokio::test]
 async fn key_with_nul() {
     rejects(
-        || Record::new("a\0b", day(), "v", at()),
+        || Record::new("a\0b", day(0), "v", at(0)),
         Field::Key,
         Problem::ContainsNul,
     )
@@ -127,7 +120,7 @@ async fn key_with_nul() {
 #[tokio::test]
 async fn value_with_nul() {
     rejects(
-        || Record::new("k", day(), "{\"a\":\"\0\"}", at()),
+        || Record::new("k", day(0), "{\"a\":\"\0\"}", at(0)),
         Field::Value,
         Problem::ContainsNul,
     )
@@ -136,9 +129,9 @@ async fn value_with_nul() {
 
 #[tokio::test]
 async fn event_date_before_year_1() {
-    assert!(Record::new("k", NaiveDate::from_ymd_opt(1, 1, 1).unwrap(), "v", at()).is_ok());
+    assert!(Record::new("k", NaiveDate::from_ymd_opt(1, 1, 1).unwrap(), "v", at(0)).is_ok());
     rejects(
-        || Record::new("k", NaiveDate::from_ymd_opt(0, 12, 31).unwrap(), "v", at()),
+        || Record::new("k", NaiveDate::from_ymd_opt(0, 12, 31).unwrap(), "v", at(0)),
         Field::EventDate,
         Problem::OutOfRange,
     )
@@ -151,7 +144,7 @@ async fn event_date_after_year_9999() {
         "k",
         NaiveDate::from_ymd_opt(9999, 12, 31).unwrap(),
         "v",
-        at()
+        at(0)
     )
     .is_ok());
     rejects(
@@ -160,7 +153,7 @@ async fn event_date_after_year_9999() {
                 "k",
                 NaiveDate::from_ymd_opt(10_000, 1, 1).unwrap(),
                 "v",
-                at(),
+                at(0),
             )
         },
         Field::EventDate,
@@ -172,12 +165,12 @@ async fn event_date_after_year_9999() {
 #[tokio::test]
 async fn updated_at_after_year_9999() {
     let last = Utc.with_ymd_and_hms(9999, 12, 31, 23, 59, 59).unwrap();
-    assert!(Record::new("k", day(), "v", last).is_ok());
+    assert!(Record::new("k", day(0), "v", last).is_ok());
     rejects(
         || {
             Record::new(
                 "k",
-                day(),
+                day(0),
                 "v",
                 Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).unwrap(),
             )
@@ -194,7 +187,7 @@ async fn updated_at_before_year_1() {
         || {
             Record::new(
                 "k",
-                day(),
+                day(0),
                 "v",
                 Utc.with_ymd_and_hms(0, 12, 31, 23, 59, 59).unwrap(),
             )
@@ -214,7 +207,7 @@ async fn updated_at_on_a_leap_second() {
                 .and_hms_milli_opt(23, 59, 59, 1_500)
                 .unwrap()
                 .and_utc();
-            Record::new("k", day(), "v", leap)
+            Record::new("k", day(0), "v", leap)
         },
         Field::UpdatedAt,
         Problem::LeapSecond,
@@ -225,17 +218,17 @@ async fn updated_at_on_a_leap_second() {
 #[tokio::test]
 async fn record_of_another_day_in_strict_mode() {
     let fetch = |_: NaiveDate| async move {
-        let other = day().succ_opt().unwrap();
-        Ok::<_, Error>(vec![good(0, "v2"), Record::new("late", other, "v", at())?])
+        let other = day(0).succ_opt().unwrap();
+        Ok::<_, Error>(vec![good(0, "v2"), Record::new("late", other, "v", at(0))?])
     };
     each_store(
-        async |name, store| match job().sync_day(store, &fetch, day()).await {
+        async |name, store| match job().sync_day(store, &fetch, day(0)).await {
             Err(Error::WrongDay {
                 expected, found, ..
             }) => {
                 assert_eq!(
                     (expected, found),
-                    (day(), day().succ_opt().unwrap()),
+                    (day(0), day(0).succ_opt().unwrap()),
                     "{name}"
                 )
             }
@@ -249,9 +242,9 @@ async fn record_of_another_day_in_strict_mode() {
 async fn inverted_range() {
     let fetch = |_: NaiveDate| async { Ok::<_, Error>(vec![good(0, "v2")]) };
     each_store(async |name, store| {
-        let end = day().pred_opt().unwrap();
-        match job().backfill(store, &fetch, day()..=end).await {
-            Err(Error::InvalidRange { start, end: e }) => assert_eq!((start, e), (day(), end)),
+        let end = day(0).pred_opt().unwrap();
+        match job().backfill(store, &fetch, day(0)..=end).await {
+            Err(Error::InvalidRange { start, end: e }) => assert_eq!((start, e), (day(0), end)),
             other => panic!("{name}: expected InvalidRange, got {other:?}"),
         }
     })
@@ -274,7 +267,7 @@ async fn invalid_and_hostile_sqlite_table_names() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.sqlite");
     let store = SqliteStore::open(&path).await.unwrap();
-    backfill::upsert(&store, day(), vec![good(0, "v1")], Default::default())
+    backfill::upsert(&store, day(0), vec![good(0, "v1")], Default::default())
         .await
         .unwrap();
     let before = store.rows().await.unwrap();
@@ -293,7 +286,7 @@ async fn invalid_and_hostile_postgres_names() {
         return;
     };
     let store = testkit::store().await.unwrap();
-    backfill::upsert(&store, day(), vec![good(0, "v1")], Default::default())
+    backfill::upsert(&store, day(0), vec![good(0, "v1")], Default::default())
         .await
         .unwrap();
     let before = store.rows().await.unwrap();
@@ -335,7 +328,7 @@ async fn wrong_postgres_password() {
         return;
     };
     let store = testkit::store().await.unwrap();
-    backfill::upsert(&store, day(), vec![good(0, "v1")], Default::default())
+    backfill::upsert(&store, day(0), vec![good(0, "v1")], Default::default())
         .await
         .unwrap();
     let before = store.rows().await.unwrap();
@@ -372,7 +365,7 @@ async fn sqlite_read_only_database() {
     let path = dir.path().join("db.sqlite");
     {
         let store = SqliteStore::open(&path).await.unwrap();
-        backfill::upsert(&store, day(), vec![good(0, "v1")], Default::default())
+        backfill::upsert(&store, day(0), vec![good(0, "v1")], Default::default())
             .await
             .unwrap();
     }
@@ -386,7 +379,7 @@ async fn sqlite_read_only_database() {
         Ok(store) => {
             let fetch =
                 |_: NaiveDate| async { Ok::<_, Error>(vec![good(0, "v2"), good(5, "new")]) };
-            match job().sync_day(&store, &fetch, day()).await {
+            match job().sync_day(&store, &fetch, day(0)).await {
                 Err(
                     e @ Error::Backend {
                         backend: "sqlite", ..
@@ -423,9 +416,9 @@ async fn sqlite_file_that_is_not_a_database() {
 async fn fetch_returns_an_error() {
     let fetch = |_: NaiveDate| async { Err::<Vec<Record>, _>(std::io::Error::other("HTTP 500")) };
     each_store(
-        async |name, store| match job().sync_day(store, &fetch, day()).await {
+        async |name, store| match job().sync_day(store, &fetch, day(0)).await {
             Err(Error::Fetch { day: d, source }) => {
-                assert_eq!(d, day());
+                assert_eq!(d, day(0));
                 assert!(
                     source.is::<std::io::Error>(),
                     "{name}: the fetch's own error is kept"
@@ -440,7 +433,7 @@ async fn fetch_returns_an_error() {
 #[tokio::test]
 async fn fetch_panics() {
     let fetch = |d: NaiveDate| async move {
-        if d == day() {
+        if d == day(0) {
             panic!("index out of bounds in the API client");
         }
         Ok::<_, Error>(vec![good(0, "v2")])
@@ -448,13 +441,13 @@ async fn fetch_panics() {
     let stores = stores().await;
     for (name, store) in &stores.list {
         let before = store.rows().await.unwrap();
-        match job().sync_day(store, &fetch, day()).await {
-            Err(Error::Panicked { day: d, .. }) => assert_eq!(d, day()),
+        match job().sync_day(store, &fetch, day(0)).await {
+            Err(Error::Panicked { day: d, .. }) => assert_eq!(d, day(0)),
             other => panic!("{name}: expected Panicked, got {other:?}"),
         }
         assert_eq!(store.rows().await.unwrap(), before, "{name}: store changed");
         // The store is still usable afterwards.
-        let c = backfill::upsert(store, day(), vec![good(0, "v1")], Default::default())
+        let c = backfill::upsert(store, day(0), vec![good(0, "v1")], Default::default())
             .await
             .unwrap();
         assert_eq!(c.unchanged, 1, "{name}");
@@ -466,7 +459,7 @@ async fn fetch_never_returns() {
     let fetch = |_: NaiveDate| std::future::pending::<Result<Vec<Record>, Error>>();
     each_store(async |name, store| {
         let job = job().day_timeout(Duration::from_millis(200));
-        match job.sync_day(store, &fetch, day()).await {
+        match job.sync_day(store, &fetch, day(0)).await {
             Err(e @ Error::Timeout { .. }) => assert!(e.is_retryable()),
             other => panic!("{name}: expected Timeout, got {other:?}"),
         }
@@ -490,16 +483,16 @@ async fn a_million_records_in_one_batch() {
     const N: u32 = 1_000_000;
     let fetch = |d: NaiveDate| async move {
         (0..N)
-            .map(|i| Record::new(format!("m:{i:07}"), d, format!("{{\"i\":{i}}}"), at()))
+            .map(|i| Record::new(format!("m:{i:07}"), d, format!("{{\"i\":{i}}}"), at(0)))
             .collect::<Result<Vec<_>, _>>()
     };
     let stores = stores().await;
     for (name, store) in &stores.list {
         let started = std::time::Instant::now();
-        let report = job().sync_day(store, &fetch, day()).await.unwrap();
+        let report = job().sync_day(store, &fetch, day(0)).await.unwrap();
         assert_eq!(report.counts.inserted, u64::from(N), "{name}");
         assert_eq!(
-            store.day_rows(day()).await.unwrap().len(),
+            store.day_rows(day(0)).await.unwrap().len(),
             N as usize + 3,
             "{name}"
         );

@@ -3,11 +3,12 @@
 //! `PostgresStore` — merges and tombstones in a different random order for
 //! each store, and listings of any content in one shared random order.
 
+use backfill::conformance::fixtures::{at, day, listing, rec, tomb};
 use backfill::postgres::PostgresStore;
 use backfill::sqlite::SqliteStore;
-use backfill::{upsert, EventDates, MemoryStore, Mode, Record, ReplaceGuard, Store, WriteOptions};
+use backfill::{upsert, EventDates, MemoryStore, Record, Store, WriteOptions};
 use backfill_testkit as testkit;
-use chrono::{Duration, NaiveDate, TimeZone, Utc};
+use chrono::{Duration, NaiveDate};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -22,18 +23,15 @@ const TOMBSTONE: usize = VALUES.len();
 type Version = (usize, i64, usize, i64, usize);
 
 fn version(&(k, d, v, t, _): &Version) -> Record {
-    let base = NaiveDate::from_ymd_opt(2026, 5, 1).unwrap();
-    let at = Utc.with_ymd_and_hms(2026, 5, 1, 0, 0, 0).unwrap();
-    let (day, at) = (base + Duration::days(d), at + Duration::microseconds(t));
+    let (d, when) = (day(d), at(0) + Duration::microseconds(t));
     if v == TOMBSTONE {
-        Record::tombstone(KEYS[k], day, at).unwrap()
+        tomb(KEYS[k], d, when)
     } else {
-        Record::new(KEYS[k], day, VALUES[v], at).unwrap()
+        rec(KEYS[k], d, VALUES[v], when)
     }
 }
 
 fn build(versions: &[Version]) -> Vec<(NaiveDate, Vec<Record>)> {
-    let base = NaiveDate::from_ymd_opt(2026, 5, 1).unwrap();
     (0..4)
         .map(|batch| {
             let records = versions
@@ -41,7 +39,7 @@ fn build(versions: &[Version]) -> Vec<(NaiveDate, Vec<Record>)> {
                 .filter(|v| v.4 == batch)
                 .map(version)
                 .collect();
-            (base + Duration::days(batch as i64 % 2), records)
+            (day(batch as i64 % 2), records)
         })
         .collect()
 }
@@ -132,8 +130,6 @@ fn listings_agree_byte_for_byte() {
     });
     runner
         .run(&vec(step, 1..12), |steps: Vec<Step>| {
-            let base = NaiveDate::from_ymd_opt(2026, 5, 1).unwrap();
-            let at = Utc.with_ymd_and_hms(2026, 5, 1, 0, 0, 0).unwrap();
             let results = rt.block_on(async {
                 let memory = MemoryStore::new();
                 let sqlite = SqliteStore::open_in_memory().await.unwrap();
@@ -148,16 +144,13 @@ fn listings_agree_byte_for_byte() {
                 for store in stores {
                     let mut counts = Vec::new();
                     for (d, as_of, versions) in &steps {
-                        let mut options = WriteOptions::default().event_dates(EventDates::Lenient);
-                        if let Some(as_of) = as_of {
-                            options = options
-                                .mode(Mode::Replace)
-                                .as_of(at + Duration::microseconds(*as_of))
-                                .replace_guard(ReplaceGuard::off());
+                        let options = match as_of {
+                            Some(as_of) => listing(at(0) + Duration::microseconds(*as_of)),
+                            None => WriteOptions::default(),
                         }
+                        .event_dates(EventDates::Lenient);
                         let records = versions.iter().map(version).collect();
-                        let day = base + Duration::days(*d);
-                        counts.push(upsert(store, day, records, options).await.unwrap());
+                        counts.push(upsert(store, day(*d), records, options).await.unwrap());
                     }
                     results.push((store.rows_with_tombstones().await.unwrap(), counts));
                 }

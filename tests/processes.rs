@@ -9,6 +9,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use backfill::conformance::fixtures::day;
 use backfill::postgres::PostgresStore;
 use backfill::sqlite::SqliteStore;
 use backfill::{Digest, Fetched, Job, MemoryStore, Mode, Record, Retry, Store};
@@ -20,10 +21,6 @@ use serde_json::{json, Value};
 const WORKER_ENV: &str = "BACKFILL_WORKER";
 
 // ------------------------------------------------------------- datasets
-
-fn day(n: i64) -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 6, 1).unwrap() + chrono::Duration::days(n)
-}
 
 /// SplitMix64: spreads seeds so that versions look random but replay.
 fn mix(mut x: u64) -> u64 {

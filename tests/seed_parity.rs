@@ -2,13 +2,10 @@
 //! syncs then a weekly backfill, and stale re-deliveries. Every store must
 //! end with the same rows as the in-memory reference.
 
+use backfill::conformance::fixtures::jan;
 use backfill::sqlite::SqliteStore;
 use backfill::{FixedClock, Job, MemoryStore, Mode, Record, Store};
 use chrono::{Duration, NaiveDate};
-
-fn jan(d: u32) -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 1, d).unwrap()
-}
 
 /// `per_day` records per day; `revision` moves `updated_at` and the value,
 /// as a later fetch after an upstream correction would.

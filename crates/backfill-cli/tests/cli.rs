@@ -5,9 +5,9 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use backfill_core::conformance::fixtures::jan;
 use backfill_core::Store;
 use backfill_sqlite::SqliteStore;
-use chrono::NaiveDate;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_backfill");
@@ -15,10 +15,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_backfill");
 fn sample() -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fetch.py");
     format!("python3 {}", path.canonicalize().unwrap().display())
-}
-
-fn jan(d: u32) -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 1, d).unwrap()
 }
 
 /// The command with a clean environment of its own options, in `dir`.

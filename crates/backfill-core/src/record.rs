@@ -321,13 +321,7 @@ mod tests {
     use super::*;
     use chrono::TimeZone;
 
-    fn day() -> NaiveDate {
-        NaiveDate::from_ymd_opt(2026, 1, 1).unwrap()
-    }
-
-    fn at() -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()
-    }
+    use crate::conformance::fixtures::{at, day};
 
     fn problem(result: Result<Record>) -> (Field, Problem) {
         match result {
@@ -339,12 +333,17 @@ mod tests {
     #[test]
     fn key_rules() {
         assert_eq!(
-            problem(Record::new("", day(), "v", at())),
+            problem(Record::new("", day(0), "v", at(0))),
             (Field::Key, Problem::Empty)
         );
-        assert!(Record::new("k".repeat(MAX_KEY_BYTES), day(), "v", at()).is_ok());
+        assert!(Record::new("k".repeat(MAX_KEY_BYTES), day(0), "v", at(0)).is_ok());
         assert_eq!(
-            problem(Record::new("k".repeat(MAX_KEY_BYTES + 1), day(), "v", at())),
+            problem(Record::new(
+                "k".repeat(MAX_KEY_BYTES + 1),
+                day(0),
+                "v",
+                at(0)
+            )),
             (
                 Field::Key,
                 Problem::TooLong {
@@ -355,11 +354,11 @@ mod tests {
         );
         // 171 three-byte characters are 513 bytes: the limit is bytes.
         assert!(matches!(
-            problem(Record::new("€".repeat(171), day(), "v", at())),
+            problem(Record::new("€".repeat(171), day(0), "v", at(0))),
             (Field::Key, Problem::TooLong { len: 513, .. })
         ));
         assert_eq!(
-            problem(Record::new("a\0b", day(), "v", at())),
+            problem(Record::new("a\0b", day(0), "v", at(0))),
             (Field::Key, Problem::ContainsNul)
         );
     }
@@ -367,18 +366,18 @@ mod tests {
     #[test]
     fn value_and_time_rules() {
         assert_eq!(
-            problem(Record::new("k", day(), "a\0", at())),
+            problem(Record::new("k", day(0), "a\0", at(0))),
             (Field::Value, Problem::ContainsNul)
         );
-        assert!(Record::new("k", day(), "", at()).is_ok());
+        assert!(Record::new("k", day(0), "", at(0)).is_ok());
         let far = NaiveDate::from_ymd_opt(10_000, 1, 1).unwrap();
         assert_eq!(
-            problem(Record::new("k", far, "v", at())),
+            problem(Record::new("k", far, "v", at(0))),
             (Field::EventDate, Problem::OutOfRange)
         );
         let far_at = Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).unwrap();
         assert_eq!(
-            problem(Record::new("k", day(), "v", far_at)),
+            problem(Record::new("k", day(0), "v", far_at)),
             (Field::UpdatedAt, Problem::OutOfRange)
         );
         let leap = NaiveDate::from_ymd_opt(2016, 12, 31)
@@ -387,18 +386,18 @@ mod tests {
             .unwrap()
             .and_utc();
         assert_eq!(
-            problem(Record::new("k", day(), "v", leap)),
+            problem(Record::new("k", day(0), "v", leap)),
             (Field::UpdatedAt, Problem::LeapSecond)
         );
     }
 
     #[test]
     fn truncates_to_microseconds() {
-        let fine = at() + chrono::Duration::nanoseconds(1_234_567_891);
-        let r = Record::new("k", day(), "v", fine).unwrap();
+        let fine = at(0) + chrono::Duration::nanoseconds(1_234_567_891);
+        let r = Record::new("k", day(0), "v", fine).unwrap();
         assert_eq!(
             r.updated_at(),
-            at() + chrono::Duration::nanoseconds(1_234_567_000)
+            at(0) + chrono::Duration::nanoseconds(1_234_567_000)
         );
     }
 
@@ -409,14 +408,14 @@ mod tests {
         let r: Record = serde_json::from_str(json).unwrap();
         assert_eq!(
             r.updated_at(),
-            at() + chrono::Duration::microseconds(123_456)
+            at(0) + chrono::Duration::microseconds(123_456)
         );
         let back: Record = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back, r);
         let bad = json.replace(r#""key":"k""#, r#""key":"""#);
         let err = serde_json::from_str::<Record>(&bad).unwrap_err();
         assert!(err.to_string().contains("key is empty"), "{err}");
-        let gone = Record::tombstone("k", day(), at()).unwrap();
+        let gone = Record::tombstone("k", day(0), at(0)).unwrap();
         let text = serde_json::to_string(&gone).unwrap();
         assert!(text.contains(r#""deleted":true"#), "{text}");
         assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), gone);
@@ -427,33 +426,34 @@ mod tests {
 
     #[test]
     fn version_order_is_total_and_byte_wise() {
-        let a = Record::new("k", day(), "b", at()).unwrap();
-        let b = Record::new("k", day(), "a", at() + chrono::Duration::microseconds(1)).unwrap();
+        let a = Record::new("k", day(0), "b", at(0)).unwrap();
+        let b = Record::new("k", day(0), "a", at(0) + chrono::Duration::microseconds(1)).unwrap();
         assert!(b.supersedes(&a), "later updated_at wins over greater value");
-        let z = Record::new("k", day(), "z", at()).unwrap();
-        let e = Record::new("k", day(), "é", at()).unwrap();
+        let z = Record::new("k", day(0), "z", at(0)).unwrap();
+        let e = Record::new("k", day(0), "é", at(0)).unwrap();
         assert!(e.supersedes(&z), "UTF-8 bytes: é (c3 a9) > z (7a)");
-        let later_day = Record::new("k", day().succ_opt().unwrap(), "b", at()).unwrap();
+        let later_day = Record::new("k", day(0).succ_opt().unwrap(), "b", at(0)).unwrap();
         assert!(later_day.supersedes(&a), "event_date breaks the last tie");
         assert!(!a.supersedes(&a.clone()));
     }
 
     #[test]
     fn tombstones_order_after_live_versions_of_the_same_instant() {
-        let live = Record::new("k", day(), "zzz", at()).unwrap();
-        let gone = Record::tombstone("k", day(), at()).unwrap();
+        let live = Record::new("k", day(0), "zzz", at(0)).unwrap();
+        let gone = Record::tombstone("k", day(0), at(0)).unwrap();
         assert!(
             gone.supersedes(&live),
             "deleted beats live at the same instant"
         );
         assert_eq!(live.to_tombstone(), gone);
-        let later = Record::new("k", day(), "", at() + chrono::Duration::microseconds(1)).unwrap();
+        let later =
+            Record::new("k", day(0), "", at(0) + chrono::Duration::microseconds(1)).unwrap();
         assert!(
             later.supersedes(&gone),
             "a later live version brings the key back"
         );
-        let earlier_gone = Record::tombstone("k", day(), at() - chrono::Duration::seconds(1));
+        let earlier_gone = Record::tombstone("k", day(0), at(0) - chrono::Duration::seconds(1));
         assert!(live.supersedes(&earlier_gone.unwrap()));
-        assert!(Record::tombstone("", day(), at()).is_err());
+        assert!(Record::tombstone("", day(0), at(0)).is_err());
     }
 }

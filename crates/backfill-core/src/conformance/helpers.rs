@@ -1,26 +1,14 @@
-//! What every case uses: the suite's calendar, record makers, and reads and
-//! writes that panic with a readable message.
+//! What every case uses: the calendar and record makers of
+//! [`fixtures`](super::fixtures), and reads and writes that panic with a
+//! readable message.
 
-use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
+use chrono::{Duration, NaiveDate};
 
+pub(super) use super::fixtures::{at, day, listing, rec, tomb};
 use crate::record::Record;
 use crate::write::{upsert, WriteOptions};
-use crate::{Counts, Mode, ReplaceGuard, Store};
+use crate::{Counts, Store};
 use crate::{Job, MemoryStore, Retry};
-
-/// Day `n` of the suite's calendar (2026-01-01 is day 0).
-pub(super) fn day(n: i64) -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 1, 1).unwrap() + Duration::days(n)
-}
-
-/// `secs` seconds after the suite's epoch.
-pub(super) fn at(secs: i64) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + Duration::seconds(secs)
-}
-
-pub(super) fn rec(key: &str, d: NaiveDate, value: &str, when: DateTime<Utc>) -> Record {
-    Record::new(key, d, value, when).unwrap_or_else(|e| panic!("test record is invalid: {e}"))
-}
 
 pub(super) async fn apply(store: &dyn Store, d: NaiveDate, records: Vec<Record>) -> Counts {
     apply_with(store, d, records, WriteOptions::default()).await
@@ -83,11 +71,6 @@ pub(super) fn counts(
     }
 }
 
-/// A tombstone: `key` deleted as of `when`, in day `d`.
-pub(super) fn tomb(key: &str, d: NaiveDate, when: DateTime<Utc>) -> Record {
-    Record::tombstone(key, d, when).unwrap_or_else(|e| panic!("test tombstone is invalid: {e}"))
-}
-
 /// Every stored version (tombstones included) whose key starts with
 /// `prefix`, in key order.
 pub(super) async fn versions_under(store: &dyn Store, prefix: &str) -> Vec<Record> {
@@ -98,14 +81,6 @@ pub(super) async fn versions_under(store: &dyn Store, prefix: &str) -> Vec<Recor
         .into_iter()
         .filter(|r| r.key().starts_with(prefix))
         .collect()
-}
-
-/// Options for a listing of a day, true as of `as_of`, with no guard.
-pub(super) fn listing(as_of: DateTime<Utc>) -> WriteOptions {
-    WriteOptions::default()
-        .mode(Mode::Replace)
-        .as_of(as_of)
-        .replace_guard(ReplaceGuard::off())
 }
 
 pub(super) async fn oracle(batches: &[(NaiveDate, Vec<Record>, WriteOptions)]) -> Vec<Record> {

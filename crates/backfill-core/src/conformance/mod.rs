@@ -18,6 +18,9 @@
 //! - `property.rs`: generated scenarios that shrink to a readable failure
 //!   ([`any_order_converges`], [`concurrency_matches_sequential`]).
 //!
+//! Tests of a store beyond the suite build their days, instants, records
+//! and listings with [`fixtures`], the calendar the suite itself uses.
+//!
 //! What the engine does without a store (plans, dry runs, timeouts) is
 //! tested in core itself and is not repeated here.
 //!
@@ -31,6 +34,7 @@
 //! [`Store::apply`]: crate::Store::apply
 
 mod deletes;
+pub mod fixtures;
 mod helpers;
 mod job;
 mod ledger;

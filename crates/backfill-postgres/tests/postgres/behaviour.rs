@@ -3,20 +3,23 @@
 //! exactly the day's ledger row in `backfill_days`), and the day ledger
 //! commits with the rows.
 
-use backfill_core::{upsert, Error, MemoryStore, Mode, Record, ReplaceGuard, Store, WriteOptions};
+use backfill_core::conformance::fixtures::{at, day, listing, rec, tomb};
+use backfill_core::{upsert, Error, MemoryStore, Mode, Record, Store, WriteOptions};
 use backfill_postgres::tokio_postgres::{Config, NoTls};
 use backfill_postgres::PostgresStore;
 use backfill_testkit as testkit;
-use chrono::{Duration, NaiveDate, TimeZone, Utc};
-
-fn day() -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 2, 1).unwrap()
-}
+use chrono::{Duration, Utc};
 
 fn records(n: usize, version: i64) -> Vec<Record> {
-    let at = Utc.with_ymd_and_hms(2026, 2, 1, 0, 0, 0).unwrap() + Duration::seconds(version);
     (0..n)
-        .map(|i| Record::new(format!("pg/{i:06}"), day(), format!("{{\"i\":{i}}}"), at).unwrap())
+        .map(|i| {
+            rec(
+                &format!("pg/{i:06}"),
+                day(0),
+                &format!("{{\"i\":{i}}}"),
+                at(version),
+            )
+        })
         .collect()
 }
 
@@ -134,7 +137,7 @@ async fn nul_characters_never_reach_the_server() {
     let Some(store) = testkit::store().await else {
         return;
     };
-    match Record::new("pg/nul", day(), "a\0b", Utc::now()) {
+    match Record::new("pg/nul", day(0), "a\0b", Utc::now()) {
         Err(Error::InvalidRecord { .. }) => {}
         other => panic!("expected InvalidRecord, got {other:?}"),
     }
@@ -206,7 +209,7 @@ async fn identical_reapply_writes_no_tuple() {
         .await
         .unwrap();
     let day_rows = records(10_000, 0);
-    let c = upsert(&store, day(), day_rows.clone(), WriteOptions::default())
+    let c = upsert(&store, day(0), day_rows.clone(), WriteOptions::default())
         .await
         .unwrap();
     assert_eq!(c.inserted, 10_000);
@@ -215,7 +218,7 @@ async fn identical_reapply_writes_no_tuple() {
     assert_eq!(before, (10_000, 0, 0));
 
     for _ in 0..2 {
-        let c = upsert(&store, day(), day_rows.clone(), WriteOptions::default())
+        let c = upsert(&store, day(0), day_rows.clone(), WriteOptions::default())
             .await
             .unwrap();
         assert_eq!((c.unchanged, c.written()), (10_000, 0));
@@ -243,24 +246,23 @@ async fn identical_reapply_writes_no_tuple() {
     let stale: Vec<_> = day_rows
         .iter()
         .map(|r| {
-            Record::new(
+            rec(
                 r.key(),
                 r.event_date(),
                 "older",
                 r.updated_at() - Duration::seconds(1),
             )
-            .unwrap()
         })
         .collect();
-    let c = upsert(&store, day(), stale, WriteOptions::default())
+    let c = upsert(&store, day(0), stale, WriteOptions::default())
         .await
         .unwrap();
     assert_eq!((c.stale, c.written()), (10_000, 0));
 
     // One canary insert from the same backend: once it shows, anything the
     // re-runs had written would show too.
-    let canary = Record::new("pg/canary", day(), "{}", Utc::now()).unwrap();
-    upsert(&store, day(), vec![canary], WriteOptions::default())
+    let canary = rec("pg/canary", day(0), "{}", Utc::now());
+    upsert(&store, day(0), vec![canary], WriteOptions::default())
         .await
         .unwrap();
     let after = stats_after(&store, 10_001).await;
@@ -290,7 +292,7 @@ async fn a_day_larger_than_one_chunk_is_atomic_and_exact() {
         .await
         .unwrap();
     let first = records(3_500, 0);
-    let c = upsert(&store, day(), first.clone(), WriteOptions::default())
+    let c = upsert(&store, day(0), first.clone(), WriteOptions::default())
         .await
         .unwrap();
     assert_eq!(c.inserted, 3_500);
@@ -301,7 +303,7 @@ async fn a_day_larger_than_one_chunk_is_atomic_and_exact() {
         .enumerate()
         .map(|(i, (newer, same))| if i % 2 == 0 { newer } else { same })
         .collect();
-    let c = upsert(&store, day(), mixed.clone(), WriteOptions::default())
+    let c = upsert(&store, day(0), mixed.clone(), WriteOptions::default())
         .await
         .unwrap();
     assert_eq!((c.updated, c.unchanged), (1_750, 1_750));
@@ -323,7 +325,7 @@ async fn tables_and_schemas_are_created_once_and_reused() {
     // Concurrent first opens must not race on CREATE … IF NOT EXISTS.
     let (a, b, c) = tokio::join!(open(), open(), open());
     let (a, b, _c) = (a.unwrap(), b.unwrap(), c.unwrap());
-    upsert(&a, day(), records(3, 0), WriteOptions::default())
+    upsert(&a, day(0), records(3, 0), WriteOptions::default())
         .await
         .unwrap();
     assert_eq!(b.rows().await.unwrap(), records(3, 0));
@@ -351,7 +353,6 @@ async fn a_row_committed_by_a_concurrent_writer_is_judged_by_version() {
         .await
         .unwrap();
     let table = format!("\"{}\".\"{}\"", store.schema(), store.table());
-    let at = Utc.with_ymd_and_hms(2026, 2, 1, 0, 0, 0).unwrap();
     // (their value, their second, our value, our second, expected counts)
     let cases = [
         ("theirs", 10, "ours", 5, (0, 0, 0, 1)), // theirs is newer: ours is stale
@@ -368,22 +369,16 @@ async fn a_row_committed_by_a_concurrent_writer_is_judged_by_version() {
         other
             .execute(
                 &format!("INSERT INTO {table} (key, event_date, value, updated_at) VALUES ($1, $2, $3, $4)"),
-                &[&key, &day(), &their_value, &(at + Duration::seconds(their_secs))],
+                &[&key, &day(0), &their_value, &at(their_secs)],
             )
             .await
             .unwrap();
-        let ours = Record::new(
-            key.clone(),
-            day(),
-            our_value,
-            at + Duration::seconds(our_secs),
-        )
-        .unwrap();
+        let ours = rec(&key, day(0), our_value, at(our_secs));
         let upsert_task = {
             let store = store.clone();
-            tokio::spawn(
-                async move { upsert(&store, day(), vec![ours], WriteOptions::default()).await },
-            )
+            tokio::spawn(async move {
+                upsert(&store, day(0), vec![ours], WriteOptions::default()).await
+            })
         };
         // Let our upsert block on the other writer's row lock, then commit.
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -441,29 +436,28 @@ async fn replace_and_tombstone_reapply_writes_no_tuple() {
         .connect(&url)
         .await
         .unwrap();
-    let at = Utc.with_ymd_and_hms(2026, 2, 1, 0, 0, 0).unwrap();
-    let as_of = at + Duration::hours(1);
+    let as_of = at(3600);
     let all = records(1_000, 0);
-    upsert(&store, day(), all.clone(), WriteOptions::default())
+    upsert(&store, day(0), all.clone(), WriteOptions::default())
         .await
         .unwrap();
     let listing = all[..900].to_vec();
     let replace = WriteOptions::default().mode(Mode::Replace).as_of(as_of);
     let tombstones: Vec<Record> = all[900..950]
         .iter()
-        .map(|r| Record::tombstone(r.key(), day(), at + Duration::seconds(5)).unwrap())
+        .map(|r| tomb(r.key(), day(0), at(5)))
         .collect();
-    let late = vec![Record::new("pg/late", day(), "{}", at + Duration::minutes(30)).unwrap()];
+    let late = vec![rec("pg/late", day(0), "{}", at(30 * 60))];
 
-    let c = upsert(&store, day(), listing.clone(), replace)
+    let c = upsert(&store, day(0), listing.clone(), replace)
         .await
         .unwrap();
     assert_eq!((c.unchanged, c.deleted, c.unlisted), (900, 100, 100));
-    let c = upsert(&store, day(), tombstones.clone(), WriteOptions::default())
+    let c = upsert(&store, day(0), tombstones.clone(), WriteOptions::default())
         .await
         .unwrap();
     assert_eq!(c.deleted, 50, "newer tombstones over the listing's");
-    let c = upsert(&store, day(), late.clone(), WriteOptions::default())
+    let c = upsert(&store, day(0), late.clone(), WriteOptions::default())
         .await
         .unwrap();
     assert_eq!(
@@ -482,21 +476,23 @@ async fn replace_and_tombstone_reapply_writes_no_tuple() {
     // The day's ledger row: inserted by the first apply, then updated in
     // place (HOT: no indexed column changes) by each of the three others.
     assert_eq!(days_stats, (1, 3, 3));
-    let ledger_before = store.ledger(day()..=day()).await.unwrap();
+    let ledger_before = store.ledger(day(0)..=day(0)).await.unwrap();
 
     for _ in 0..2 {
-        let c = upsert(&store, day(), listing.clone(), replace)
+        let c = upsert(&store, day(0), listing.clone(), replace)
             .await
             .unwrap();
         assert_eq!((c.unchanged, c.written(), c.unlisted), (900, 0, 0));
         let older = replace.as_of(as_of - Duration::minutes(10));
-        let c = upsert(&store, day(), listing.clone(), older).await.unwrap();
+        let c = upsert(&store, day(0), listing.clone(), older)
+            .await
+            .unwrap();
         assert_eq!((c.unchanged, c.written()), (900, 0));
-        let c = upsert(&store, day(), tombstones.clone(), WriteOptions::default())
+        let c = upsert(&store, day(0), tombstones.clone(), WriteOptions::default())
             .await
             .unwrap();
         assert_eq!((c.unchanged, c.written()), (50, 0));
-        let c = upsert(&store, day(), late.clone(), WriteOptions::default())
+        let c = upsert(&store, day(0), late.clone(), WriteOptions::default())
             .await
             .unwrap();
         assert_eq!((c.stale, c.written()), (1, 0));
@@ -508,7 +504,7 @@ async fn replace_and_tombstone_reapply_writes_no_tuple() {
     assert_eq!(days_after.len(), 1);
     assert_eq!(days_after[0].0, days_before[0].0);
     assert_ne!(days_after[0].1, days_before[0].1, "the ledger row moved on");
-    let ledger_after = store.ledger(day()..=day()).await.unwrap();
+    let ledger_after = store.ledger(day(0)..=day(0)).await.unwrap();
     assert_eq!(ledger_after.len(), 1);
     assert_eq!(
         ledger_after[0].listing_watermark,
@@ -528,8 +524,8 @@ async fn replace_and_tombstone_reapply_writes_no_tuple() {
     );
     // A canary insert from the same backend: once it shows, anything the
     // re-runs had written would show too.
-    let canary = Record::new("pg/canary", day(), "{}", Utc::now()).unwrap();
-    upsert(&store, day(), vec![canary], WriteOptions::default())
+    let canary = rec("pg/canary", day(0), "{}", Utc::now());
+    upsert(&store, day(0), vec![canary], WriteOptions::default())
         .await
         .unwrap();
     let after = stats_after(&store, stats_before.0 + 1).await;
@@ -555,24 +551,20 @@ async fn purge_removes_only_old_tombstones() {
         return;
     };
     let reference = MemoryStore::new();
-    let at = Utc.with_ymd_and_hms(2026, 2, 1, 0, 0, 0).unwrap();
     let all = records(300, 0);
-    let replace = WriteOptions::default()
-        .mode(Mode::Replace)
-        .as_of(at + Duration::hours(1))
-        .replace_guard(ReplaceGuard::off());
+    let replace = listing(at(3600));
     let newer: Vec<Record> = (0..300)
         .step_by(7)
-        .map(|i| Record::tombstone(format!("pg/{i:06}"), day(), at + Duration::hours(2)).unwrap())
+        .map(|i| tomb(&format!("pg/{i:06}"), day(0), at(2 * 3600)))
         .collect();
     for target in [&store as &dyn Store, &reference] {
-        upsert(target, day(), all.clone(), WriteOptions::default())
+        upsert(target, day(0), all.clone(), WriteOptions::default())
             .await
             .unwrap();
         // Every third row unlisted: tombstones as of `at`.
         let listed: Vec<Record> = all.iter().step_by(3).cloned().collect();
-        upsert(target, day(), listed, replace).await.unwrap();
-        upsert(target, day(), newer.clone(), WriteOptions::default())
+        upsert(target, day(0), listed, replace).await.unwrap();
+        upsert(target, day(0), newer.clone(), WriteOptions::default())
             .await
             .unwrap();
     }
@@ -584,7 +576,7 @@ async fn purge_removes_only_old_tombstones() {
             i.is_multiple_of(3) || i.is_multiple_of(7)
         })
         .collect();
-    let horizon = at + Duration::hours(1);
+    let horizon = at(3600);
     let purged = store.purge_tombstones(horizon).await.unwrap();
     let expected = reference.purge_tombstones(horizon).await.unwrap();
     assert_eq!(purged, expected);
@@ -616,24 +608,23 @@ async fn a_listing_waits_for_a_concurrent_batch_of_its_day() {
         .await
         .unwrap();
     let table = format!("\"{}\".\"{}\"", store.schema(), store.table());
-    let at = Utc.with_ymd_and_hms(2026, 2, 1, 0, 0, 0).unwrap();
     let (other, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
     tokio::spawn(connection);
     other.batch_execute("BEGIN").await.unwrap();
     other
         .execute(
             &format!("INSERT INTO {table} (key, event_date, value, updated_at) VALUES ('lock/x', $1, 'theirs', $2)"),
-            &[&day(), &at],
+            &[&day(0), &at(0)],
         )
         .await
         .unwrap();
     // Ours: a newer version, blocked behind the other writer's row while it
     // holds its day's shared lock.
-    let ours = Record::new("lock/x", day(), "ours", at + Duration::seconds(1)).unwrap();
+    let ours = rec("lock/x", day(0), "ours", at(1));
     let merge = {
         let store = store.clone();
         tokio::spawn(
-            async move { upsert(&store, day(), vec![ours], WriteOptions::default()).await },
+            async move { upsert(&store, day(0), vec![ours], WriteOptions::default()).await },
         )
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -641,11 +632,8 @@ async fn a_listing_waits_for_a_concurrent_batch_of_its_day() {
     // A listing of the day, true as of later, that lacks the key.
     let listing = {
         let store = store.clone();
-        let options = WriteOptions::default()
-            .mode(Mode::Replace)
-            .as_of(at + Duration::hours(1))
-            .replace_guard(ReplaceGuard::off());
-        tokio::spawn(async move { upsert(&store, day(), Vec::new(), options).await })
+        let options = listing(at(3600));
+        tokio::spawn(async move { upsert(&store, day(0), Vec::new(), options).await })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(!listing.is_finished(), "the listing waits for the merge");
@@ -666,7 +654,7 @@ async fn a_listing_waits_for_a_concurrent_batch_of_its_day() {
     assert!(store.get("lock/x").await.unwrap().is_none());
     assert_eq!(
         store.rows_with_tombstones().await.unwrap(),
-        [Record::tombstone("lock/x", day(), at + Duration::seconds(1)).unwrap()]
+        [tomb("lock/x", day(0), at(1))]
     );
 }
 
@@ -684,7 +672,6 @@ async fn a_listing_in_several_key_ranges_matches_the_reference() {
         .await
         .unwrap();
     let reference = MemoryStore::new();
-    let at = Utc.with_ymd_and_hms(2026, 2, 1, 0, 0, 0).unwrap();
     let all = records(1_000, 0);
     // Listed: a scattering, and none at the start or the end of the day,
     // so the unbounded first and last ranges have rows to tombstone.
@@ -694,16 +681,14 @@ async fn a_listing_in_several_key_ranges_matches_the_reference() {
         .filter(|(i, _)| (50..950).contains(i) && (i % 5 == 0 || i % 11 == 0))
         .map(|(_, r)| r.clone())
         .collect();
-    let options = WriteOptions::default()
-        .mode(Mode::Replace)
-        .as_of(at + Duration::hours(1));
+    let options = WriteOptions::default().mode(Mode::Replace).as_of(at(3600));
     let mut counts = Vec::new();
     for target in [&store as &dyn Store, &reference] {
-        upsert(target, day(), all.clone(), WriteOptions::default())
+        upsert(target, day(0), all.clone(), WriteOptions::default())
             .await
             .unwrap();
         counts.push(
-            upsert(target, day(), listed.clone(), options)
+            upsert(target, day(0), listed.clone(), options)
                 .await
                 .unwrap(),
         );
@@ -731,12 +716,11 @@ async fn a_tombstone_committed_by_a_concurrent_writer_is_judged_by_version() {
         .await
         .unwrap();
     let table = format!("\"{}\".\"{}\"", store.schema(), store.table());
-    let at = Utc.with_ymd_and_hms(2026, 2, 1, 0, 0, 0).unwrap();
     let version = |value: &str, secs: i64, deleted: bool| {
         if deleted {
-            Record::tombstone("k", day(), at + Duration::seconds(secs)).unwrap()
+            tomb("k", day(0), at(secs))
         } else {
-            Record::new("k", day(), value, at + Duration::seconds(secs)).unwrap()
+            rec("k", day(0), value, at(secs))
         }
     };
     // (stored first, theirs committed meanwhile, ours,
@@ -782,15 +766,15 @@ async fn a_tombstone_committed_by_a_concurrent_writer_is_judged_by_version() {
         let key = format!("race/{n}");
         let with_key = |r: &Record| {
             if r.is_deleted() {
-                Record::tombstone(key.clone(), day(), r.updated_at()).unwrap()
+                tomb(&key, day(0), r.updated_at())
             } else {
-                Record::new(key.clone(), day(), r.value(), r.updated_at()).unwrap()
+                rec(&key, day(0), r.value(), r.updated_at())
             }
         };
         if let Some(stored) = &stored {
             upsert(
                 &store,
-                day(),
+                day(0),
                 vec![with_key(stored)],
                 WriteOptions::default(),
             )
@@ -808,16 +792,16 @@ async fn a_tombstone_committed_by_a_concurrent_writer_is_judged_by_version() {
                      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (key) DO UPDATE SET \
                      value = EXCLUDED.value, updated_at = EXCLUDED.updated_at, deleted = EXCLUDED.deleted"
                 ),
-                &[&key, &day(), &theirs.value(), &theirs.updated_at(), &theirs.is_deleted()],
+                &[&key, &day(0), &theirs.value(), &theirs.updated_at(), &theirs.is_deleted()],
             )
             .await
             .unwrap();
         let upsert_task = {
             let store = store.clone();
             let ours = ours.clone();
-            tokio::spawn(
-                async move { upsert(&store, day(), vec![ours], WriteOptions::default()).await },
-            )
+            tokio::spawn(async move {
+                upsert(&store, day(0), vec![ours], WriteOptions::default()).await
+            })
         };
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         assert!(

@@ -4,27 +4,19 @@
 //! chunk found empty, and every count must still be exact and every row
 //! the reference store's.
 
+use backfill_core::conformance::fixtures::{at, day, rec, tomb};
 use backfill_core::{upsert, Counts, MemoryStore, Record, Store, WriteOptions};
 use backfill_postgres::PostgresStore;
 use backfill_testkit as testkit;
-use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
 
 use super::{admin, insert_behind_the_store, physical_rows};
 
-fn day() -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 3, 1).unwrap()
-}
-
-fn at(secs: i64) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap() + Duration::seconds(secs)
-}
-
 fn live(i: usize, value: &str, secs: i64) -> Record {
-    Record::new(format!("fp/{i:04}"), day(), value, at(secs)).unwrap()
+    rec(&format!("fp/{i:04}"), day(0), value, at(secs))
 }
 
 fn tombstone(i: usize, secs: i64) -> Record {
-    Record::tombstone(format!("fp/{i:04}"), day(), at(secs)).unwrap()
+    tomb(&format!("fp/{i:04}"), day(0), at(secs))
 }
 
 /// `(inserted, updated, deleted, unchanged, stale)`.
@@ -69,14 +61,14 @@ async fn keys_inserted_after_the_check_are_judged_by_version_and_counted_once() 
     ];
     let ours: Vec<Record> = (0..300).map(|i| live(i, "ours", 10)).collect();
     for target in [&store as &dyn Store, &reference] {
-        upsert(target, day(), before.clone(), WriteOptions::default())
+        upsert(target, day(0), before.clone(), WriteOptions::default())
             .await
             .unwrap();
     }
-    upsert(&reference, day(), theirs.clone(), WriteOptions::default())
+    upsert(&reference, day(0), theirs.clone(), WriteOptions::default())
         .await
         .unwrap();
-    let expected = upsert(&reference, day(), ours.clone(), WriteOptions::default())
+    let expected = upsert(&reference, day(0), ours.clone(), WriteOptions::default())
         .await
         .unwrap();
     assert_eq!(
@@ -90,7 +82,7 @@ async fn keys_inserted_after_the_check_are_judged_by_version_and_counted_once() 
     insert_behind_the_store(&other, &store, &theirs).await;
     let task = {
         let store = store.clone();
-        tokio::spawn(async move { upsert(&store, day(), ours, WriteOptions::default()).await })
+        tokio::spawn(async move { upsert(&store, day(0), ours, WriteOptions::default()).await })
     };
     // Let our apply reach the last chunk and block on the other writer's keys.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -103,7 +95,7 @@ async fn keys_inserted_after_the_check_are_judged_by_version_and_counted_once() 
         store.rows_with_tombstones().await.unwrap(),
         reference.rows_with_tombstones().await.unwrap()
     );
-    let ledger = store.ledger(day()..=day()).await.unwrap();
+    let ledger = store.ledger(day(0)..=day(0)).await.unwrap();
     assert_eq!(ledger[0].synced.as_ref().unwrap().counts, expected);
     // The undone COPY left dead tuples, never a second live one.
     assert_eq!(physical_rows(&store).await, 300);
@@ -129,7 +121,7 @@ async fn a_concurrent_insert_rolled_back_leaves_the_copy_alone() {
     let task = {
         let store = store.clone();
         let ours = ours.clone();
-        tokio::spawn(async move { upsert(&store, day(), ours, WriteOptions::default()).await })
+        tokio::spawn(async move { upsert(&store, day(0), ours, WriteOptions::default()).await })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(!task.is_finished(), "the COPY waits for the other writer");
@@ -160,12 +152,11 @@ async fn writers_with_different_chunks_never_deadlock() {
     let reference = MemoryStore::new();
     for round in 0..12 {
         let key = |i: usize| format!("dl/{round:02}/{i:04}");
-        let version =
-            |i: usize, value: &str, secs: i64| Record::new(key(i), day(), value, at(secs)).unwrap();
+        let version = |i: usize, value: &str, secs: i64| rec(&key(i), day(0), value, at(secs));
         // Every third key stored first.
         let stored: Vec<Record> = (0..300).step_by(3).map(|i| version(i, "s", 1)).collect();
         for target in [&small as &dyn Store, &reference] {
-            upsert(target, day(), stored.clone(), WriteOptions::default())
+            upsert(target, day(0), stored.clone(), WriteOptions::default())
                 .await
                 .unwrap();
         }
@@ -177,8 +168,8 @@ async fn writers_with_different_chunks_never_deadlock() {
             .map(|i| version(i, "b", if i % 2 == 0 { 2 } else { 3 }))
             .collect();
         let (ra, rb) = tokio::join!(
-            upsert(&small, day(), a.clone(), WriteOptions::default()),
-            upsert(&large, day(), b.clone(), WriteOptions::default()),
+            upsert(&small, day(0), a.clone(), WriteOptions::default()),
+            upsert(&large, day(0), b.clone(), WriteOptions::default()),
         );
         let (ra, rb) = (ra.unwrap(), rb.unwrap());
         assert_eq!(
@@ -187,7 +178,7 @@ async fn writers_with_different_chunks_never_deadlock() {
             "round {round}: every record counted once"
         );
         for batch in [a, b] {
-            upsert(&reference, day(), batch, WriteOptions::default())
+            upsert(&reference, day(0), batch, WriteOptions::default())
                 .await
                 .unwrap();
         }

@@ -5,16 +5,12 @@
 
 use std::time::Duration;
 
+use backfill_core::conformance::fixtures::{at, day, rec};
 use backfill_core::{upsert, Error, Field, Problem, Record, Store, WriteOptions};
 use backfill_postgres::{PostgresStore, MAX_VALUE_BYTES};
 use backfill_testkit as testkit;
-use chrono::{NaiveDate, TimeZone, Utc};
 
 const MIB: usize = 1 << 20;
-
-fn day() -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 3, 1).unwrap()
-}
 
 /// 1 100 records of 1 MiB: 1.1 GiB in one day. The values compress to
 /// almost nothing in the table (TOAST), so the test costs the server
@@ -24,13 +20,12 @@ async fn a_day_larger_than_one_gib_is_written() {
     let Some(store) = testkit::store().await else {
         return;
     };
-    let at = Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap();
     let value = "x".repeat(MIB);
     let records: Vec<Record> = (0..1_100)
-        .map(|i| Record::new(format!("big/{i:04}"), day(), value.clone(), at).unwrap())
+        .map(|i| rec(&format!("big/{i:04}"), day(0), &value, at(0)))
         .collect();
     drop(value);
-    let c = upsert(&store, day(), records, WriteOptions::default())
+    let c = upsert(&store, day(0), records, WriteOptions::default())
         .await
         .expect("a day of 1.1 GiB must be written");
     assert_eq!(c.inserted, 1_100);
@@ -64,16 +59,15 @@ async fn a_day_is_split_by_bytes_and_stays_exact() {
         .connect(&url)
         .await
         .unwrap();
-    let at = Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap();
     // Values from empty to larger than a chunk (which then travels alone).
     let records: Vec<Record> = (0..300)
-        .map(|i| Record::new(format!("k/{i:03}"), day(), "v".repeat(i * 17), at).unwrap())
+        .map(|i| rec(&format!("k/{i:03}"), day(0), &"v".repeat(i * 17), at(0)))
         .collect();
-    let c = upsert(&store, day(), records.clone(), WriteOptions::default())
+    let c = upsert(&store, day(0), records.clone(), WriteOptions::default())
         .await
         .unwrap();
     assert_eq!(c.inserted, 300);
-    let c = upsert(&store, day(), records.clone(), WriteOptions::default())
+    let c = upsert(&store, day(0), records.clone(), WriteOptions::default())
         .await
         .unwrap();
     assert_eq!((c.unchanged, c.written()), (300, 0));
@@ -94,16 +88,15 @@ async fn a_value_too_large_for_the_server_is_refused_before_sending() {
         .connect(&url)
         .await
         .unwrap();
-    let at = Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap();
     let len = MAX_VALUE_BYTES + 1;
     let records = vec![
-        Record::new("a/small", day(), "{}", at).unwrap(),
-        Record::new("b/huge", day(), "x".repeat(len), at).unwrap(),
+        rec("a/small", day(0), "{}", at(0)),
+        rec("b/huge", day(0), &"x".repeat(len), at(0)),
     ];
     let held = store.pool().get().await.unwrap();
     let result = tokio::time::timeout(
         Duration::from_secs(30),
-        upsert(&store, day(), records, WriteOptions::default()),
+        upsert(&store, day(0), records, WriteOptions::default()),
     )
     .await
     .expect("the record must be refused without waiting for a connection");

@@ -3,22 +3,18 @@
 //! with the rows or not at all), failures in a transaction of their own,
 //! readable by a read-only role.
 
+use backfill_core::conformance::fixtures::{at, day, rec};
 use backfill_core::{
     upsert, DayFailure, DayState, Error, Mode, Record, RunId, Store, WriteOptions, MAX_ERROR_BYTES,
 };
 use backfill_postgres::tokio_postgres::error::SqlState;
 use backfill_postgres::PostgresStore;
 use backfill_testkit as testkit;
-use chrono::{Duration, NaiveDate, TimeZone, Utc};
-
-fn day() -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 7, 1).unwrap()
-}
+use chrono::{Duration, Utc};
 
 fn records(n: usize, value: &str) -> Vec<Record> {
-    let at = Utc.with_ymd_and_hms(2026, 7, 1, 0, 0, 0).unwrap();
     (0..n)
-        .map(|i| Record::new(format!("l/{i:03}"), day(), value, at).unwrap())
+        .map(|i| rec(&format!("l/{i:03}"), day(0), value, at(0)))
         .collect()
 }
 
@@ -47,7 +43,7 @@ async fn raw_row(store: &PostgresStore) -> Vec<Option<String>> {
                  FROM \"{}\".backfill_days WHERE records_table = $1 AND day = $2",
                 store.schema()
             ),
-            &[&store.table(), &day()],
+            &[&store.table(), &day(0)],
         )
         .await
         .unwrap();
@@ -76,19 +72,19 @@ async fn the_ledger_row_and_the_rows_commit_together() {
 
     // The refused record is the fourth, in the second chunk.
     let mut refused = records(4, "ok");
-    refused[3] = Record::new(refused[3].key(), day(), "boom", refused[3].updated_at()).unwrap();
-    let e = upsert(&store, day(), refused, WriteOptions::default())
+    refused[3] = rec(refused[3].key(), day(0), "boom", refused[3].updated_at());
+    let e = upsert(&store, day(0), refused, WriteOptions::default())
         .await
         .unwrap_err();
     assert!(matches!(e, Error::Backend { .. }), "{e:?}");
     assert!(store.rows().await.unwrap().is_empty());
     assert!(
-        store.ledger(day()..=day()).await.unwrap().is_empty(),
+        store.ledger(day(0)..=day(0)).await.unwrap().is_empty(),
         "no ledger row without its rows"
     );
 
     // The ledger write refuses 5 inserts: the rows go with it.
-    let e = upsert(&store, day(), records(5, "ok"), WriteOptions::default())
+    let e = upsert(&store, day(0), records(5, "ok"), WriteOptions::default())
         .await
         .unwrap_err();
     assert!(matches!(e, Error::Backend { .. }), "{e:?}");
@@ -96,19 +92,19 @@ async fn the_ledger_row_and_the_rows_commit_together() {
         store.rows().await.unwrap().is_empty(),
         "no rows without their ledger row"
     );
-    assert!(store.ledger(day()..=day()).await.unwrap().is_empty());
+    assert!(store.ledger(day(0)..=day(0)).await.unwrap().is_empty());
 
     // A listing the guard refuses writes no ledger row either, and leaves
     // the last success as it was.
-    let c = upsert(&store, day(), records(4, "ok"), WriteOptions::default())
+    let c = upsert(&store, day(0), records(4, "ok"), WriteOptions::default())
         .await
         .unwrap();
     assert_eq!(c.inserted, 4);
-    let before = store.ledger(day()..=day()).await.unwrap();
+    let before = store.ledger(day(0)..=day(0)).await.unwrap();
     let empty = WriteOptions::default().mode(Mode::Replace);
-    let e = upsert(&store, day(), Vec::new(), empty).await.unwrap_err();
+    let e = upsert(&store, day(0), Vec::new(), empty).await.unwrap_err();
     assert!(matches!(e, Error::ReplaceRefused { .. }), "{e:?}");
-    assert_eq!(store.ledger(day()..=day()).await.unwrap(), before);
+    assert_eq!(store.ledger(day(0)..=day(0)).await.unwrap(), before);
     assert_eq!(store.rows().await.unwrap().len(), 4);
 }
 
@@ -121,14 +117,14 @@ async fn the_ledger_row_says_what_the_apply_did() {
         return;
     };
     let store = store(&url).await;
-    let as_of = Utc.with_ymd_and_hms(2026, 7, 1, 6, 0, 0).unwrap();
+    let as_of = at(6 * 3600);
     let mut batch = records(5, "v");
     batch.push(batch[0].clone()); // collapsed
-    upsert(&store, day(), records(7, "v"), WriteOptions::default())
+    upsert(&store, day(0), records(7, "v"), WriteOptions::default())
         .await
         .unwrap();
     let replace = WriteOptions::default().mode(Mode::Replace).as_of(as_of);
-    let c = upsert(&store, day(), batch, replace).await.unwrap();
+    let c = upsert(&store, day(0), batch, replace).await.unwrap();
     assert_eq!(
         (c.unchanged, c.deleted, c.unlisted, c.collapsed),
         (5, 2, 2, 1)
@@ -136,10 +132,10 @@ async fn the_ledger_row_says_what_the_apply_did() {
 
     let row = raw_row(&store).await;
     let text = |i: usize| row[i].as_deref();
-    assert_eq!(text(0), Some("2026-07-01 06:00:00"), "watermark raised");
+    assert_eq!(text(0), Some("2026-01-01 06:00:00"), "watermark raised");
     assert_eq!(text(2), None, "no run for a direct upsert");
     assert_eq!(text(3), Some("replace"));
-    assert_eq!(text(4), Some("2026-07-01 06:00:00"));
+    assert_eq!(text(4), Some("2026-01-01 06:00:00"));
     let digest = text(5).unwrap();
     assert!(
         digest.len() == 32
@@ -156,7 +152,7 @@ async fn the_ledger_row_says_what_the_apply_did() {
     );
     assert!(row[13..].iter().all(Option::is_none), "no failure");
 
-    let ledger = store.ledger(day()..=day()).await.unwrap();
+    let ledger = store.ledger(day(0)..=day(0)).await.unwrap();
     let synced = ledger[0].synced.as_ref().unwrap();
     assert_eq!(synced.mode, Mode::Replace);
     assert_eq!(synced.as_of, Some(as_of));
@@ -164,19 +160,21 @@ async fn the_ledger_row_says_what_the_apply_did() {
     assert_eq!(synced.counts, c);
 
     // A merge: as_of NULL, the watermark kept.
-    upsert(&store, day(), records(1, "w"), WriteOptions::default())
+    upsert(&store, day(0), records(1, "w"), WriteOptions::default())
         .await
         .unwrap();
     let row = raw_row(&store).await;
-    assert_eq!(row[0].as_deref(), Some("2026-07-01 06:00:00"));
+    assert_eq!(row[0].as_deref(), Some("2026-01-01 06:00:00"));
     assert_eq!(
         (row[3].as_deref(), row[4].as_deref()),
         (Some("merge"), None)
     );
     // An older listing does not lower it.
     let older = replace.as_of(as_of - Duration::hours(1));
-    upsert(&store, day(), records(5, "w"), older).await.unwrap();
-    let ledger = store.ledger(day()..=day()).await.unwrap();
+    upsert(&store, day(0), records(5, "w"), older)
+        .await
+        .unwrap();
+    let ledger = store.ledger(day(0)..=day(0)).await.unwrap();
     assert_eq!(ledger[0].listing_watermark, Some(as_of));
     assert_eq!(
         ledger[0].synced.as_ref().unwrap().as_of,
@@ -194,32 +192,34 @@ async fn a_failure_keeps_the_success_and_a_success_clears_it() {
         return;
     };
     let store = store(&url).await;
-    let at = Utc.with_ymd_and_hms(2026, 7, 2, 0, 0, 0).unwrap();
+    let failed_at = at(86_400);
     let run = RunId::new();
     // A failure of a day never synced.
-    let other = day() + Duration::days(1);
-    let first = DayFailure::new(at, Some(run.clone()), 3, "503 Service Unavailable");
+    let other = day(1);
+    let first = DayFailure::new(failed_at, Some(run.clone()), 3, "503 Service Unavailable");
     store.record_failure(other, &first).await.unwrap();
     let ledger = store.ledger(other..=other).await.unwrap();
     assert_eq!(ledger[0].state(), DayState::Failed);
     assert_eq!(ledger[0].failure.as_ref(), Some(&first));
     assert_eq!(ledger[0].synced, None);
 
-    let as_of = Utc.with_ymd_and_hms(2026, 7, 1, 6, 0, 0).unwrap();
+    let as_of = at(6 * 3600);
     let replace = WriteOptions::default().mode(Mode::Replace).as_of(as_of);
-    upsert(&store, day(), records(3, "v"), replace)
+    upsert(&store, day(0), records(3, "v"), replace)
         .await
         .unwrap();
-    let synced = store.ledger(day()..=day()).await.unwrap()[0].synced.clone();
+    let synced = store.ledger(day(0)..=day(0)).await.unwrap()[0]
+        .synced
+        .clone();
     assert!(synced.is_some());
 
     let long = "é".repeat(MAX_ERROR_BYTES);
     for failure in [
-        DayFailure::new(at, Some(run.clone()), 1, "timeout"),
-        DayFailure::new(at + Duration::minutes(1), None, u32::MAX, &long),
+        DayFailure::new(failed_at, Some(run.clone()), 1, "timeout"),
+        DayFailure::new(failed_at + Duration::minutes(1), None, u32::MAX, &long),
     ] {
-        store.record_failure(day(), &failure).await.unwrap();
-        let ledger = store.ledger(day()..=day()).await.unwrap();
+        store.record_failure(day(0), &failure).await.unwrap();
+        let ledger = store.ledger(day(0)..=day(0)).await.unwrap();
         assert_eq!(ledger.len(), 1);
         assert_eq!(ledger[0].state(), DayState::Failed);
         assert_eq!(ledger[0].synced, synced, "the last success is kept");
@@ -234,18 +234,18 @@ async fn a_failure_keeps_the_success_and_a_success_clears_it() {
         assert_eq!(kept.error, failure.error);
         assert_eq!(kept.attempts, failure.attempts.min(i32::MAX as u32));
     }
-    let nul = DayFailure::new(at, None, 1, "bad\0byte");
-    store.record_failure(day(), &nul).await.unwrap();
-    let kept = store.ledger(day()..=day()).await.unwrap()[0]
+    let nul = DayFailure::new(failed_at, None, 1, "bad\0byte");
+    store.record_failure(day(0), &nul).await.unwrap();
+    let kept = store.ledger(day(0)..=day(0)).await.unwrap()[0]
         .failure
         .clone();
     assert_eq!(kept.unwrap().error, "bad\u{FFFD}byte");
 
     // A success clears the failure, keeps the watermark.
-    let c = upsert(&store, day(), records(3, "v"), WriteOptions::default())
+    let c = upsert(&store, day(0), records(3, "v"), WriteOptions::default())
         .await
         .unwrap();
-    let ledger = store.ledger(day()..=other).await.unwrap();
+    let ledger = store.ledger(day(0)..=other).await.unwrap();
     assert_eq!(ledger.len(), 2, "both days, in day order");
     assert_eq!(ledger[0].state(), DayState::Synced);
     assert_eq!(ledger[0].failure, None);
@@ -267,7 +267,7 @@ async fn a_read_only_store_reads_its_ledger() {
     let Some(owner) = testkit::store().await else {
         return;
     };
-    upsert(&owner, day(), records(2, "v"), WriteOptions::default())
+    upsert(&owner, day(0), records(2, "v"), WriteOptions::default())
         .await
         .unwrap();
     let url = testkit::url().await.unwrap();
@@ -292,9 +292,9 @@ async fn a_read_only_store_reads_its_ledger() {
             .create_if_missing(false)
             .connect_with(config)
             .await?;
-        let ledger = store.ledger(day()..=day()).await?;
+        let ledger = store.ledger(day(0)..=day(0)).await?;
         let failure = DayFailure::new(Utc::now(), None, 1, "503");
-        Ok::<_, Error>((ledger, store.record_failure(day(), &failure).await))
+        Ok::<_, Error>((ledger, store.record_failure(day(0), &failure).await))
     }
     .await;
     admin
@@ -302,7 +302,7 @@ async fn a_read_only_store_reads_its_ledger() {
         .await
         .unwrap();
     let (ledger, recorded) = result.expect("a read-only role reads the ledger");
-    assert_eq!(ledger, owner.ledger(day()..=day()).await.unwrap());
+    assert_eq!(ledger, owner.ledger(day(0)..=day(0)).await.unwrap());
     assert_eq!(ledger[0].state(), DayState::Synced);
     match recorded {
         Err(ref e @ Error::Backend { ref source, .. }) => {
@@ -315,7 +315,7 @@ async fn a_read_only_store_reads_its_ledger() {
         other => panic!("expected a Backend error, got {other:?}"),
     }
     assert_eq!(
-        owner.ledger(day()..=day()).await.unwrap()[0].state(),
+        owner.ledger(day(0)..=day(0)).await.unwrap()[0].state(),
         DayState::Synced
     );
 }

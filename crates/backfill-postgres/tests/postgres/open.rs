@@ -3,20 +3,11 @@
 //! open an existing table, and the `event_date` index can never be lost to
 //! a name collision.
 
-use backfill_core::{upsert, Error, Record, Store, WriteOptions};
+use backfill_core::conformance::fixtures::{at, day, jan, kv, rec, tomb};
+use backfill_core::{upsert, Error, Store, WriteOptions};
 use backfill_postgres::tokio_postgres::{error::SqlState, Client, Config};
 use backfill_postgres::{PostgresStore, TableMismatch};
 use backfill_testkit as testkit;
-use chrono::{NaiveDate, TimeZone, Utc};
-
-fn day() -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 6, 1).unwrap()
-}
-
-fn record(key: &str, value: &str) -> Record {
-    let at = Utc.with_ymd_and_hms(2026, 6, 1, 0, 0, 0).unwrap();
-    Record::new(key, day(), value, at).unwrap()
-}
 
 /// The columns of the table as the store creates it, one per line, so a
 /// test can swap one line for a flawed one.
@@ -288,14 +279,9 @@ async fn tables_the_store_made_are_accepted() {
     let store = open_existing(&url, &admin, &[KEY, EVENT_DATE, VALUE, UPDATED_AT])
         .await
         .expect("the table the store would create");
-    upsert(
-        &store,
-        day(),
-        vec![record("a", "1")],
-        WriteOptions::default(),
-    )
-    .await
-    .unwrap();
+    upsert(&store, day(0), vec![kv("a", "1")], WriteOptions::default())
+        .await
+        .unwrap();
     let fresh = testkit::store().await.unwrap();
     for _ in 0..2 {
         let again = PostgresStore::builder()
@@ -441,20 +427,14 @@ async fn a_least_privilege_role_opens_an_existing_table() {
         .await;
     let result = async {
         let store = opened?;
-        upsert(
-            &store,
-            day(),
-            vec![record("a", "1")],
-            WriteOptions::default(),
-        )
-        .await?;
+        upsert(&store, day(0), vec![kv("a", "1")], WriteOptions::default()).await?;
         store.rows().await
     }
     .await;
     drop_role(&admin, &role).await;
     assert_eq!(
         result.expect("a role with DML rights only must open an existing table"),
-        [record("a", "1")]
+        [kv("a", "1")]
     );
 }
 
@@ -465,14 +445,9 @@ async fn a_read_only_role_reads_and_cannot_write() {
     let Some(owner) = testkit::store().await else {
         return;
     };
-    upsert(
-        &owner,
-        day(),
-        vec![record("a", "1")],
-        WriteOptions::default(),
-    )
-    .await
-    .unwrap();
+    upsert(&owner, day(0), vec![kv("a", "1")], WriteOptions::default())
+        .await
+        .unwrap();
     let url = testkit::url().await.unwrap();
     let admin = crate::admin(&url).await;
     let role = role_name("ro_");
@@ -495,19 +470,13 @@ async fn a_read_only_role_reads_and_cannot_write() {
     let result = async {
         let store = opened?;
         let rows = store.rows().await?;
-        let write = upsert(
-            &store,
-            day(),
-            vec![record("b", "2")],
-            WriteOptions::default(),
-        )
-        .await;
+        let write = upsert(&store, day(0), vec![kv("b", "2")], WriteOptions::default()).await;
         Ok::<_, Error>((rows, write))
     }
     .await;
     drop_role(&admin, &role).await;
     let (rows, write) = result.expect("a read-only role must open an existing table and read it");
-    assert_eq!(rows, [record("a", "1")]);
+    assert_eq!(rows, [kv("a", "1")]);
     match write {
         Err(ref e @ Error::Backend { ref source, .. }) => {
             assert!(
@@ -521,7 +490,7 @@ async fn a_read_only_role_reads_and_cannot_write() {
         }
         other => panic!("expected a Backend error, got {other:?}"),
     }
-    assert_eq!(owner.rows().await.unwrap(), [record("a", "1")]);
+    assert_eq!(owner.rows().await.unwrap(), [kv("a", "1")]);
 }
 
 /// With `create_if_missing(false)` nothing is ever created: a missing
@@ -616,15 +585,10 @@ async fn a_store_told_not_to_create_runs_no_ddl() {
         .await
         .unwrap();
     let store = open("records").await.expect("everything exists");
-    upsert(
-        &store,
-        day(),
-        vec![record("a", "1")],
-        WriteOptions::default(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(store.rows().await.unwrap(), [record("a", "1")]);
+    upsert(&store, day(0), vec![kv("a", "1")], WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(store.rows().await.unwrap(), [kv("a", "1")]);
 }
 
 /// `xmin` of the catalog row of `schema.table` and of its version row:
@@ -667,9 +631,9 @@ CREATE TABLE IF NOT EXISTS "{schema}"."records" (
 );
 CREATE INDEX ON "{schema}"."records" (event_date);
 INSERT INTO {schema}.records VALUES
-    ('a', '2026-06-01', '1', '2026-06-01 00:00:00+00'),
-    ('b', '2026-06-01', '', '2026-06-01 00:00:00+00'),
-    ('c', '2026-06-02', '3', '2026-06-02 00:00:00+00');"#
+    ('a', '2026-01-01', '1', '2026-01-01 00:00:00+00'),
+    ('b', '2026-01-01', '', '2026-01-01 00:00:00+00'),
+    ('c', '2026-01-02', '3', '2026-01-02 00:00:00+00');"#
         ))
         .await
         .unwrap();
@@ -681,12 +645,10 @@ INSERT INTO {schema}.records VALUES
     };
     let (a, b, c) = tokio::join!(open(), open(), open());
     let (store, _b, _c) = (a.unwrap(), b.unwrap(), c.unwrap());
-    let june = |d| NaiveDate::from_ymd_opt(2026, 6, d).unwrap();
-    let at = |d| Utc.with_ymd_and_hms(2026, 6, d, 0, 0, 0).unwrap();
     let kept = vec![
-        Record::new("a", june(1), "1", at(1)).unwrap(),
-        Record::new("b", june(1), "", at(1)).unwrap(),
-        Record::new("c", june(2), "3", at(2)).unwrap(),
+        rec("a", jan(1), "1", at(0)),
+        rec("b", jan(1), "", at(0)),
+        rec("c", jan(2), "3", at(86_400)),
     ];
     assert_eq!(store.rows().await.unwrap(), kept, "every row kept, live");
     assert_eq!(store.rows_with_tombstones().await.unwrap(), kept);
@@ -709,15 +671,15 @@ INSERT INTO {schema}.records VALUES
     // Version 1 goes to 2 and on to the current 3 in one open.
     assert_eq!(version, 3);
     assert!(
-        store.ledger(june(1)..=june(2)).await.unwrap().is_empty(),
+        store.ledger(jan(1)..=jan(2)).await.unwrap().is_empty(),
         "no day was synced through the ledger yet"
     );
 
-    // Writes work: a listing of June 1st without `b` makes its tombstone.
+    // Writes work: a listing of January 1st without `b` makes its tombstone.
     let listing = WriteOptions::default()
         .mode(backfill_core::Mode::Replace)
-        .as_of(at(1) + chrono::Duration::hours(1));
-    let counts = upsert(&store, june(1), vec![kept[0].clone()], listing)
+        .as_of(at(3600));
+    let counts = upsert(&store, jan(1), vec![kept[0].clone()], listing)
         .await
         .unwrap();
     assert_eq!(
@@ -728,7 +690,7 @@ INSERT INTO {schema}.records VALUES
         store.rows().await.unwrap(),
         [kept[0].clone(), kept[2].clone()]
     );
-    let ledger = store.ledger(june(1)..=june(2)).await.unwrap();
+    let ledger = store.ledger(jan(1)..=jan(2)).await.unwrap();
     assert_eq!(ledger.len(), 1);
     assert_eq!(ledger[0].state(), backfill_core::DayState::Synced);
     assert_eq!(ledger[0].synced.as_ref().unwrap().counts.unlisted, 1);
@@ -762,7 +724,7 @@ async fn a_version_1_table_needs_ddl_rights_to_upgrade() {
         .batch_execute(&format!(
             "CREATE SCHEMA {schema}; CREATE TABLE {schema}.records ({KEY}, {EVENT_DATE}, {VALUE}, {UPDATED_AT}); \
              CREATE INDEX ON {schema}.records (event_date); \
-             INSERT INTO {schema}.records VALUES ('a', '2026-06-01', '1', '2026-06-01 00:00:00+00');"
+             INSERT INTO {schema}.records VALUES ('a', '2026-01-01', '1', '2026-01-01 00:00:00+00');"
         ))
         .await
         .unwrap();
@@ -964,8 +926,8 @@ async fn a_new_table_forgets_a_dropped_tables_watermarks() {
     let store = open().await.unwrap();
     let listing = WriteOptions::default()
         .mode(backfill_core::Mode::Replace)
-        .as_of(Utc.with_ymd_and_hms(2026, 6, 2, 0, 0, 0).unwrap());
-    upsert(&store, day(), vec![record("a", "1")], listing)
+        .as_of(at(86_400));
+    upsert(&store, day(0), vec![kv("a", "1")], listing)
         .await
         .unwrap();
     drop(store);
@@ -974,19 +936,14 @@ async fn a_new_table_forgets_a_dropped_tables_watermarks() {
         .await
         .unwrap();
     let store = open().await.unwrap();
-    let counts = upsert(
-        &store,
-        day(),
-        vec![record("b", "1")],
-        WriteOptions::default(),
-    )
-    .await
-    .unwrap();
+    let counts = upsert(&store, day(0), vec![kv("b", "1")], WriteOptions::default())
+        .await
+        .unwrap();
     assert_eq!(
         counts.inserted, 1,
         "the old table's watermark applied: {counts:?}"
     );
-    assert_eq!(store.rows().await.unwrap(), [record("b", "1")]);
+    assert_eq!(store.rows().await.unwrap(), [kv("b", "1")]);
 }
 
 /// `xmin` of the catalog row of `schema.relation`: it changes with any DDL
@@ -1036,13 +993,13 @@ CREATE TABLE IF NOT EXISTS "{schema}"."backfill_days" (
 );
 INSERT INTO {schema}.backfill_tables VALUES ('records', 2), ('others', 2);
 INSERT INTO {schema}.records VALUES
-    ('a', '2026-06-01', '1', '2026-06-01 00:00:00+00', false),
-    ('b', '2026-06-01', '', '2026-06-01 00:00:00+00', true),
-    ('c', '2026-06-02', '3', '2026-06-02 00:00:00+00', false);
-INSERT INTO {schema}.others VALUES ('x', '2026-06-01', 'x', '2026-06-01 00:00:00+00', false);
+    ('a', '2026-01-01', '1', '2026-01-01 00:00:00+00', false),
+    ('b', '2026-01-01', '', '2026-01-01 00:00:00+00', true),
+    ('c', '2026-01-02', '3', '2026-01-02 00:00:00+00', false);
+INSERT INTO {schema}.others VALUES ('x', '2026-01-01', 'x', '2026-01-01 00:00:00+00', false);
 INSERT INTO {schema}.backfill_days VALUES
-    ('records', '2026-06-01', '2026-06-01 01:00:00+00'),
-    ('others', '2026-06-01', '2026-06-01 02:00:00+00');"#,
+    ('records', '2026-01-01', '2026-01-01 01:00:00+00'),
+    ('others', '2026-01-01', '2026-01-01 02:00:00+00');"#,
             records = table("records"),
             others = table("others"),
         ))
@@ -1092,25 +1049,20 @@ async fn a_version_2_schema_is_upgraded_in_place() {
     assert_eq!(version_of(&admin, &schema, "records").await, 3);
     assert_eq!(version_of(&admin, &schema, "others").await, 3);
 
-    let june = |d| NaiveDate::from_ymd_opt(2026, 6, d).unwrap();
-    let at = |d, h| Utc.with_ymd_and_hms(2026, 6, d, h, 0, 0).unwrap();
     assert_eq!(
         store.rows_with_tombstones().await.unwrap(),
         [
-            Record::new("a", june(1), "1", at(1, 0)).unwrap(),
-            Record::tombstone("b", june(1), at(1, 0)).unwrap(),
-            Record::new("c", june(2), "3", at(2, 0)).unwrap(),
+            rec("a", jan(1), "1", at(0)),
+            tomb("b", jan(1), at(0)),
+            rec("c", jan(2), "3", at(86_400)),
         ],
         "every row and tombstone kept"
     );
-    assert_eq!(
-        others.rows().await.unwrap(),
-        [Record::new("x", june(1), "x", at(1, 0)).unwrap()]
-    );
-    for (store, watermark) in [(&store, at(1, 1)), (&others, at(1, 2))] {
-        let ledger = store.ledger(june(1)..=june(2)).await.unwrap();
+    assert_eq!(others.rows().await.unwrap(), [rec("x", jan(1), "x", at(0))]);
+    for (store, watermark) in [(&store, at(3600)), (&others, at(7200))] {
+        let ledger = store.ledger(jan(1)..=jan(2)).await.unwrap();
         assert_eq!(ledger.len(), 1, "{store:?}");
-        assert_eq!(ledger[0].day, june(1));
+        assert_eq!(ledger[0].day, jan(1));
         assert_eq!(ledger[0].listing_watermark, Some(watermark), "kept");
         assert_eq!(
             ledger[0].state(),
@@ -1121,17 +1073,17 @@ async fn a_version_2_schema_is_upgraded_in_place() {
 
     // The watermark still rules: a version at or before it arrives deleted.
     // And the day is now in the ledger, its watermark kept.
-    let late = Record::new("d", june(1), "4", at(1, 0)).unwrap();
-    let counts = upsert(&store, june(1), vec![late], WriteOptions::default())
+    let late = rec("d", jan(1), "4", at(0));
+    let counts = upsert(&store, jan(1), vec![late], WriteOptions::default())
         .await
         .unwrap();
     assert_eq!(counts.deleted, 1);
-    let ledger = store.ledger(june(1)..=june(1)).await.unwrap();
+    let ledger = store.ledger(jan(1)..=jan(1)).await.unwrap();
     assert_eq!(ledger[0].state(), backfill_core::DayState::Synced);
-    assert_eq!(ledger[0].listing_watermark, Some(at(1, 1)));
+    assert_eq!(ledger[0].listing_watermark, Some(at(3600)));
     assert_eq!(ledger[0].synced.as_ref().unwrap().counts.deleted, 1);
     // The other table's day is untouched.
-    let theirs = others.ledger(june(1)..=june(1)).await.unwrap();
+    let theirs = others.ledger(jan(1)..=jan(1)).await.unwrap();
     assert_eq!(theirs[0].state(), backfill_core::DayState::Missing);
 
     // Opening again is a no-op: no DDL on any table, no version row

@@ -9,10 +9,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use backfill_core::conformance::fixtures::{at, day, rec};
 use backfill_core::{Error, Event, Job, MemoryStore, Record, Retry, Store};
 use backfill_postgres::PostgresStore;
 use backfill_testkit as testkit;
-use chrono::{NaiveDate, TimeZone, Utc};
+use chrono::NaiveDate;
 use testkit::testcontainers_modules::postgres::Postgres;
 use testkit::testcontainers_modules::testcontainers::core::IntoContainerPort;
 use testkit::testcontainers_modules::testcontainers::runners::AsyncRunner;
@@ -21,17 +22,19 @@ use testkit::testcontainers_modules::testcontainers::{ContainerAsync, ImageExt};
 const DAYS: i64 = 30;
 const PER_DAY: u32 = 500;
 
-fn day(n: i64) -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 9, 1).unwrap() + chrono::Duration::days(n)
-}
-
 /// A slow upstream: 60 ms per day, so the backfill is in flight when the
 /// server goes away.
 async fn fetch(d: NaiveDate) -> Result<Vec<Record>, std::io::Error> {
     tokio::time::sleep(Duration::from_millis(60)).await;
-    let at = Utc.with_ymd_and_hms(2026, 9, 1, 0, 0, 0).unwrap();
     Ok((0..PER_DAY)
-        .map(|i| Record::new(format!("o:{d}:{i:04}"), d, format!("{{\"i\":{i}}}"), at).unwrap())
+        .map(|i| {
+            rec(
+                &format!("o:{d}:{i:04}"),
+                d,
+                &format!("{{\"i\":{i}}}"),
+                at(0),
+            )
+        })
         .collect())
 }
 

@@ -4,27 +4,20 @@
 
 use std::convert::Infallible;
 
+use backfill_core::conformance::fixtures::{at, day, listing, rec, tomb};
 use backfill_core::{
     upsert, upsert_stream, Counts, Error, MemoryStore, Mode, Record, ReplaceGuard, Store,
     WriteOptions,
 };
 use backfill_postgres::PostgresStore;
 use backfill_testkit as testkit;
-use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use futures_util::stream;
 
 use super::{admin, insert_behind_the_store, physical_rows};
 
-fn day() -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 4, 1).unwrap()
-}
-
-fn at(secs: i64) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 4, 1, 0, 0, 0).unwrap() + Duration::seconds(secs)
-}
-
 fn live(key: &str, value: &str, secs: i64) -> Record {
-    Record::new(key, day(), value, at(secs)).unwrap()
+    rec(key, day(0), value, at(secs))
 }
 
 fn k(i: usize) -> String {
@@ -49,12 +42,12 @@ async fn stream_in(
 ) -> backfill_core::Result<Counts> {
     let chunks: Vec<Result<Vec<Record>, Infallible>> =
         records.chunks(size).map(|c| Ok(c.to_vec())).collect();
-    upsert_stream(store, day(), stream::iter(chunks), options).await
+    upsert_stream(store, day(0), stream::iter(chunks), options).await
 }
 
 /// What a day's ledger row says, but for when it was written.
 async fn ledger(store: &dyn Store) -> Option<(Counts, String, Mode, Option<DateTime<Utc>>)> {
-    let entry = store.ledger(day()..=day()).await.unwrap().pop()?;
+    let entry = store.ledger(day(0)..=day(0)).await.unwrap().pop()?;
     let synced = entry.synced?;
     Some((
         synced.counts,
@@ -72,7 +65,7 @@ fn seed() -> Vec<Record> {
         .step_by(2)
         .map(|i| live(&k(i), "old", 100))
         .collect();
-    seed.push(Record::tombstone(k(50) + "t", day(), at(100)).unwrap());
+    seed.push(tomb(&(k(50) + "t"), day(0), at(100)));
     seed.push(live(&(k(13) + "y"), "newer than the listing", 900));
     for unlisted in [
         "p/a".to_owned(),
@@ -96,8 +89,8 @@ fn fetch() -> Vec<Record> {
             _ => live(&k(i), "older", 50),
         })
         .collect();
-    records[10] = Record::tombstone(k(10), day(), at(300)).unwrap();
-    records[11] = Record::tombstone(k(11), day(), at(300)).unwrap();
+    records[10] = tomb(&k(10), day(0), at(300));
+    records[11] = tomb(&k(11), day(0), at(300));
     records.reverse();
     records.insert(3, live(&k(0), "losing", 150));
     records.push(live(&k(30), "losing", 150));
@@ -117,13 +110,13 @@ async fn many_pages_equal_one_batch() {
     };
     // The day's live rows before a listing tombstones anything.
     let merged = MemoryStore::new();
-    upsert(&merged, day(), seed(), WriteOptions::default())
+    upsert(&merged, day(0), seed(), WriteOptions::default())
         .await
         .unwrap();
-    upsert(&merged, day(), fetch(), WriteOptions::default())
+    upsert(&merged, day(0), fetch(), WriteOptions::default())
         .await
         .unwrap();
-    let live_before = merged.day_rows(day()).await.unwrap().len() as f64;
+    let live_before = merged.day_rows(day(0)).await.unwrap().len() as f64;
     let guard = ReplaceGuard::default().max_delete_fraction(5.0 / (live_before - 0.5));
     let listing = WriteOptions::default()
         .mode(Mode::Replace)
@@ -134,12 +127,12 @@ async fn many_pages_equal_one_batch() {
         let (paged, whole) = (open(&url, 3).await, open(&url, 10_000).await);
         let reference = MemoryStore::new();
         for store in [&paged as &dyn Store, &whole, &reference] {
-            upsert(store, day(), seed(), WriteOptions::default())
+            upsert(store, day(0), seed(), WriteOptions::default())
                 .await
                 .unwrap();
         }
-        let expected = upsert(&reference, day(), fetch(), options).await.unwrap();
-        let batch = upsert(&whole, day(), fetch(), options).await.unwrap();
+        let expected = upsert(&reference, day(0), fetch(), options).await.unwrap();
+        let batch = upsert(&whole, day(0), fetch(), options).await.unwrap();
         let streamed = stream_in(&paged, &fetch(), 7, options).await.unwrap();
         assert_eq!(batch, expected, "{:?}: the batch", options.mode);
         assert_eq!(streamed, expected, "{:?}: the stream", options.mode);
@@ -169,7 +162,7 @@ async fn an_error_in_a_late_page_leaves_nothing_of_the_day() {
         return;
     };
     let store = open(&url, 2).await;
-    upsert(&store, day(), seed(), WriteOptions::default())
+    upsert(&store, day(0), seed(), WriteOptions::default())
         .await
         .unwrap();
     let admin = admin(&url).await;
@@ -195,10 +188,7 @@ async fn an_error_in_a_late_page_leaves_nothing_of_the_day() {
     let mut records = fetch();
     records.extend((0..40).map(|i| live(&format!("p/m{i:03}"), "fresh", 10)));
     records.push(live("p/zz-refused", "v", 10));
-    let listing = WriteOptions::default()
-        .mode(Mode::Replace)
-        .as_of(at(500))
-        .replace_guard(ReplaceGuard::off());
+    let listing = listing(at(500));
     for options in [WriteOptions::default(), listing] {
         let error = stream_in(&store, &records, 5, options)
             .await
@@ -237,14 +227,14 @@ async fn a_concurrent_writer_in_a_later_page_is_counted_once() {
     let theirs = vec![live(&c(31), "theirs", 5), live(&c(181), "theirs", 20)];
     let ours: Vec<Record> = (0..200).map(|i| live(&c(i), "ours", 10)).collect();
     for target in [&store as &dyn Store, &reference] {
-        upsert(target, day(), before.clone(), WriteOptions::default())
+        upsert(target, day(0), before.clone(), WriteOptions::default())
             .await
             .unwrap();
     }
-    upsert(&reference, day(), theirs.clone(), WriteOptions::default())
+    upsert(&reference, day(0), theirs.clone(), WriteOptions::default())
         .await
         .unwrap();
-    let expected = upsert(&reference, day(), ours.clone(), WriteOptions::default())
+    let expected = upsert(&reference, day(0), ours.clone(), WriteOptions::default())
         .await
         .unwrap();
     assert_eq!(
@@ -286,10 +276,10 @@ async fn a_race_lost_past_the_savepoints_rolls_the_day_back_for_a_retry() {
     // Page 90 of 100: past the first 64 pages' savepoints.
     let theirs = vec![live(&c(181), "theirs", 20)];
     let ours: Vec<Record> = (0..200).map(|i| live(&c(i), "ours", 10)).collect();
-    upsert(&reference, day(), theirs.clone(), WriteOptions::default())
+    upsert(&reference, day(0), theirs.clone(), WriteOptions::default())
         .await
         .unwrap();
-    let expected = upsert(&reference, day(), ours.clone(), WriteOptions::default())
+    let expected = upsert(&reference, day(0), ours.clone(), WriteOptions::default())
         .await
         .unwrap();
     assert_eq!((expected.inserted, expected.stale), (199, 1));

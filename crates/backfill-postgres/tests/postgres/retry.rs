@@ -3,20 +3,16 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use backfill_core::conformance::fixtures::{at, day, rec};
 use backfill_core::{Error, Event, Job, Record, Retry, Store};
 use backfill_postgres::tokio_postgres::error::SqlState;
 use backfill_postgres::tokio_postgres::Config;
 use backfill_postgres::PostgresStore;
 use backfill_testkit as testkit;
-use chrono::{NaiveDate, TimeZone, Utc};
-
-fn day() -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 5, 1).unwrap()
-}
+use chrono::NaiveDate;
 
 async fn fetch(d: NaiveDate) -> Result<Vec<Record>, std::io::Error> {
-    let at = Utc.with_ymd_and_hms(2026, 5, 1, 12, 0, 0).unwrap();
-    Ok(vec![Record::new("locked", d, "ours", at).unwrap()])
+    Ok(vec![rec("locked", d, "ours", at(12 * 3600))])
 }
 
 /// Another session holds the lock of the row the job writes, longer than
@@ -36,7 +32,7 @@ async fn a_lock_timeout_is_retried_by_the_job() {
         .unwrap();
     let other = crate::admin(&url).await;
     other.batch_execute("BEGIN").await.unwrap();
-    let theirs = Utc.with_ymd_and_hms(2026, 5, 1, 0, 0, 0).unwrap();
+    let theirs = at(0);
     other
         .execute(
             &format!(
@@ -45,7 +41,7 @@ async fn a_lock_timeout_is_retried_by_the_job() {
                 store.schema(),
                 store.table()
             ),
-            &[&day(), &theirs],
+            &[&day(0), &theirs],
         )
         .await
         .unwrap();
@@ -78,7 +74,7 @@ async fn a_lock_timeout_is_retried_by_the_job() {
         other.batch_execute("COMMIT").await.unwrap();
     });
     let report = job
-        .backfill(&store, &fetch, day()..=day())
+        .backfill(&store, &fetch, day(0)..=day(0))
         .await
         .expect("a busy lock must be retried, not fail the day");
     holder.await.unwrap();

@@ -5,10 +5,10 @@
 use std::path::Path;
 use std::process::Command;
 
-use backfill_core::{upsert, Error, Record, Store, WriteOptions};
+use backfill_core::conformance::fixtures::{day, kv};
+use backfill_core::{upsert, Error, Store, WriteOptions};
 use backfill_postgres::PostgresStore;
 use backfill_testkit as testkit;
-use chrono::{NaiveDate, TimeZone, Utc};
 use testkit::testcontainers_modules::postgres::Postgres;
 use testkit::testcontainers_modules::testcontainers::core::IntoContainerPort;
 use testkit::testcontainers_modules::testcontainers::runners::AsyncRunner;
@@ -176,10 +176,8 @@ async fn tls_with_a_private_ca() {
         .get(0);
     assert!(encrypted, "the connection must use TLS");
     drop(client);
-    let day = NaiveDate::from_ymd_opt(2026, 4, 1).unwrap();
-    let at = Utc.with_ymd_and_hms(2026, 4, 1, 0, 0, 0).unwrap();
-    let records = vec![Record::new("tls:1", day, "{}", at).unwrap()];
-    let c = upsert(&store, day, records.clone(), WriteOptions::default())
+    let records = vec![kv("tls:1", "{}")];
+    let c = upsert(&store, day(0), records.clone(), WriteOptions::default())
         .await
         .unwrap();
     assert_eq!(c.inserted, 1);

@@ -3,29 +3,10 @@
 //! counter, in which each apply also counts exactly one row: its day's
 //! ledger row), that a refused listing writes nothing, and purge.
 
+use backfill_core::conformance::fixtures::{at, jan, listing, rec, tomb};
 use backfill_core::{upsert, Error, MemoryStore, Mode, Record, ReplaceGuard, Store, WriteOptions};
 use backfill_sqlite::SqliteStore;
-use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
 use rusqlite::Connection;
-
-fn day(d: u32) -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 1, d).unwrap()
-}
-
-fn at(secs: i64) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + Duration::seconds(secs)
-}
-
-fn record(key: &str, d: u32, value: &str, secs: i64) -> Record {
-    Record::new(key, day(d), value, at(secs)).unwrap()
-}
-
-fn listing(as_of: i64) -> WriteOptions {
-    WriteOptions::default()
-        .mode(Mode::Replace)
-        .as_of(at(as_of))
-        .replace_guard(ReplaceGuard::off())
-}
 
 async fn file_store(dir: &tempfile::TempDir) -> (SqliteStore, std::path::PathBuf) {
     let path = dir.path().join("db.sqlite");
@@ -54,7 +35,7 @@ fn watermark(path: &std::path::Path, d: u32) -> Option<String> {
         .query_row(
             "SELECT listing_watermark FROM backfill_days
              WHERE records_table = 'backfill_records' AND day = ?1",
-            [day(d).to_string()],
+            [jan(d).to_string()],
             |r| r.get(0),
         )
         .ok()
@@ -66,14 +47,14 @@ async fn tombstones_are_rows_with_deleted_set_and_an_empty_value() {
     let (store, path) = file_store(&dir).await;
     upsert(
         &store,
-        day(1),
-        vec![record("a", 1, "v", 1), record("b", 1, "w", 1)],
+        jan(1),
+        vec![rec("a", jan(1), "v", at(1)), rec("b", jan(1), "w", at(1))],
         WriteOptions::default(),
     )
     .await
     .unwrap();
-    let gone = Record::tombstone("a", day(1), at(2)).unwrap();
-    let c = upsert(&store, day(1), vec![gone.clone()], WriteOptions::default())
+    let gone = tomb("a", jan(1), at(2));
+    let c = upsert(&store, jan(1), vec![gone.clone()], WriteOptions::default())
         .await
         .unwrap();
     assert_eq!((c.deleted, c.written()), (1, 1));
@@ -98,14 +79,17 @@ async fn tombstones_are_rows_with_deleted_set_and_an_empty_value() {
     );
     // Reads see live rows only; the explicit call sees both.
     assert_eq!(store.get("a").await.unwrap(), None);
-    assert_eq!(store.rows().await.unwrap(), vec![record("b", 1, "w", 1)]);
     assert_eq!(
-        store.day_rows(day(1)).await.unwrap(),
-        vec![record("b", 1, "w", 1)]
+        store.rows().await.unwrap(),
+        vec![rec("b", jan(1), "w", at(1))]
+    );
+    assert_eq!(
+        store.day_rows(jan(1)).await.unwrap(),
+        vec![rec("b", jan(1), "w", at(1))]
     );
     assert_eq!(
         store.rows_with_tombstones().await.unwrap(),
-        vec![gone, record("b", 1, "w", 1)]
+        vec![gone, rec("b", jan(1), "w", at(1))]
     );
 }
 
@@ -114,27 +98,27 @@ async fn a_tombstone_re_applied_writes_nothing() {
     let store = SqliteStore::open_in_memory().await.unwrap();
     upsert(
         &store,
-        day(1),
-        vec![record("a", 1, "v", 1)],
+        jan(1),
+        vec![rec("a", jan(1), "v", at(1))],
         WriteOptions::default(),
     )
     .await
     .unwrap();
-    let gone = vec![Record::tombstone("a", day(1), at(2)).unwrap()];
-    upsert(&store, day(1), gone.clone(), WriteOptions::default())
+    let gone = vec![tomb("a", jan(1), at(2))];
+    upsert(&store, jan(1), gone.clone(), WriteOptions::default())
         .await
         .unwrap();
     let before = store.total_changes().await.unwrap();
     for _ in 0..3 {
-        let c = upsert(&store, day(1), gone.clone(), WriteOptions::default())
+        let c = upsert(&store, jan(1), gone.clone(), WriteOptions::default())
             .await
             .unwrap();
         assert_eq!((c.unchanged, c.written()), (1, 0));
         // The deleted version, re-delivered late: stale, no write.
         let c = upsert(
             &store,
-            day(1),
-            vec![record("a", 1, "v", 1)],
+            jan(1),
+            vec![rec("a", jan(1), "v", at(1))],
             WriteOptions::default(),
         )
         .await
@@ -150,13 +134,13 @@ async fn a_listing_re_applied_writes_nothing_and_an_older_one_neither() {
     let dir = tempfile::tempdir().unwrap();
     let (store, path) = file_store(&dir).await;
     let records: Vec<Record> = (0..10)
-        .map(|i| record(&format!("k{i}"), 1, "v", i))
+        .map(|i| rec(&format!("k{i}"), jan(1), "v", at(i)))
         .collect();
-    upsert(&store, day(1), records.clone(), WriteOptions::default())
+    upsert(&store, jan(1), records.clone(), WriteOptions::default())
         .await
         .unwrap();
     let before = store.total_changes().await.unwrap();
-    let c = upsert(&store, day(1), records[..8].to_vec(), listing(100))
+    let c = upsert(&store, jan(1), records[..8].to_vec(), listing(at(100)))
         .await
         .unwrap();
     assert_eq!((c.deleted, c.unlisted, c.unchanged), (2, 2, 8));
@@ -168,14 +152,14 @@ async fn a_listing_re_applied_writes_nothing_and_an_older_one_neither() {
     );
     let after = store.total_changes().await.unwrap();
     for as_of in [100, 50] {
-        let c = upsert(&store, day(1), records[..8].to_vec(), listing(as_of))
+        let c = upsert(&store, jan(1), records[..8].to_vec(), listing(at(as_of)))
             .await
             .unwrap();
         assert_eq!((c.written(), c.unchanged), (0, 8), "as of {as_of}");
     }
     // An older listing lacking a kept row does not delete it if the row is
     // newer than that listing.
-    let c = upsert(&store, day(1), records[..5].to_vec(), listing(6))
+    let c = upsert(&store, jan(1), records[..5].to_vec(), listing(at(6)))
         .await
         .unwrap();
     assert_eq!(c.deleted, 2, "k5 and k6 (at 5 and 6 s), not k7 (at 7 s)");
@@ -192,13 +176,13 @@ async fn a_listing_re_applied_writes_nothing_and_an_older_one_neither() {
 async fn a_version_under_the_watermark_is_written_as_its_own_tombstone() {
     let dir = tempfile::tempdir().unwrap();
     let (store, path) = file_store(&dir).await;
-    upsert(&store, day(1), Vec::new(), listing(20))
+    upsert(&store, jan(1), Vec::new(), listing(at(20)))
         .await
         .unwrap();
     let c = upsert(
         &store,
-        day(1),
-        vec![record("late", 1, "v", 15)],
+        jan(1),
+        vec![rec("late", jan(1), "v", at(15))],
         WriteOptions::default(),
     )
     .await
@@ -217,8 +201,8 @@ async fn a_version_under_the_watermark_is_written_as_its_own_tombstone() {
     let before = store.total_changes().await.unwrap();
     let c = upsert(
         &store,
-        day(1),
-        vec![record("late", 1, "v", 15)],
+        jan(1),
+        vec![rec("late", jan(1), "v", at(15))],
         WriteOptions::default(),
     )
     .await
@@ -233,13 +217,13 @@ async fn a_refused_listing_writes_nothing_not_even_its_watermark() {
     let dir = tempfile::tempdir().unwrap();
     let (store, path) = file_store(&dir).await;
     let records: Vec<Record> = (0..10)
-        .map(|i| record(&format!("k{i}"), 1, "v", i))
+        .map(|i| rec(&format!("k{i}"), jan(1), "v", at(i)))
         .collect();
-    upsert(&store, day(1), records.clone(), WriteOptions::default())
+    upsert(&store, jan(1), records.clone(), WriteOptions::default())
         .await
         .unwrap();
     let rows = raw_rows(&path);
-    let ledger = store.ledger(day(1)..=day(1)).await.unwrap();
+    let ledger = store.ledger(jan(1)..=jan(1)).await.unwrap();
     // An empty listing under the default guard, and one that would delete
     // 30% of the day under a 20% guard (with a new key in it, merged first
     // and rolled back with the rest).
@@ -248,7 +232,7 @@ async fn a_refused_listing_writes_nothing_not_even_its_watermark() {
         .as_of(at(100))
         .replace_guard(ReplaceGuard::default().max_delete_fraction(0.2));
     let mut most = records[3..].to_vec();
-    most.push(record("new", 1, "v", 1));
+    most.push(rec("new", jan(1), "v", at(1)));
     for (batch, options) in [
         (
             Vec::new(),
@@ -256,7 +240,7 @@ async fn a_refused_listing_writes_nothing_not_even_its_watermark() {
         ),
         (most, careful),
     ] {
-        match upsert(&store, day(1), batch, options).await {
+        match upsert(&store, jan(1), batch, options).await {
             Err(e @ Error::ReplaceRefused { .. }) => assert!(!e.is_retryable()),
             other => panic!("expected ReplaceRefused, got {other:?}"),
         }
@@ -266,7 +250,7 @@ async fn a_refused_listing_writes_nothing_not_even_its_watermark() {
     assert_eq!(raw_rows(&path), rows);
     assert_eq!(watermark(&path, 1), None);
     assert_eq!(
-        store.ledger(day(1)..=day(1)).await.unwrap(),
+        store.ledger(jan(1)..=jan(1)).await.unwrap(),
         ledger,
         "a refused listing writes no ledger row"
     );
@@ -278,12 +262,12 @@ async fn purge_removes_only_tombstones_older_than_the_horizon() {
     let (store, path) = file_store(&dir).await;
     upsert(
         &store,
-        day(1),
+        jan(1),
         vec![
-            record("live-old", 1, "v", 1),
-            Record::tombstone("gone-old", day(1), at(5)).unwrap(),
-            Record::tombstone("gone-edge", day(1), at(10)).unwrap(),
-            Record::tombstone("gone-new", day(1), at(20)).unwrap(),
+            rec("live-old", jan(1), "v", at(1)),
+            tomb("gone-old", jan(1), at(5)),
+            tomb("gone-edge", jan(1), at(10)),
+            tomb("gone-new", jan(1), at(20)),
         ],
         WriteOptions::default(),
     )
@@ -296,7 +280,7 @@ async fn purge_removes_only_tombstones_older_than_the_horizon() {
     assert_eq!(store.purge_tombstones(at(1000)).await.unwrap(), 2);
     assert_eq!(
         store.rows_with_tombstones().await.unwrap(),
-        vec![record("live-old", 1, "v", 1)]
+        vec![rec("live-old", jan(1), "v", at(1))]
     );
 
     // A read-only store purges nothing.
@@ -321,45 +305,41 @@ async fn ends_in_the_reference_stores_state_batch_by_batch() {
         (
             1,
             vec![
-                record("a", 1, "1", 1),
-                record("b", 1, "1", 1),
-                record("c", 1, "1", 1),
+                rec("a", jan(1), "1", at(1)),
+                rec("b", jan(1), "1", at(1)),
+                rec("c", jan(1), "1", at(1)),
             ],
             WriteOptions::default(),
         ),
-        (1, vec![record("a", 1, "2", 5)], listing(10)),
+        (1, vec![rec("a", jan(1), "2", at(5))], listing(at(10))),
         (
             1,
             vec![
-                record("b", 1, "0", 3),
-                record("d", 1, "1", 8),
-                record("e", 1, "1", 12),
+                rec("b", jan(1), "0", at(3)),
+                rec("d", jan(1), "1", at(8)),
+                rec("e", jan(1), "1", at(12)),
             ],
             WriteOptions::default(),
         ),
         (
             2,
-            vec![record("a", 2, "3", 11), record("c", 1, "2", 9)],
+            vec![rec("a", jan(2), "3", at(11)), rec("c", jan(1), "2", at(9))],
             lenient,
         ),
         (
             1,
-            vec![record("a", 1, "2", 5), record("e", 1, "1", 12)],
-            listing(7),
+            vec![rec("a", jan(1), "2", at(5)), rec("e", jan(1), "1", at(12))],
+            listing(at(7)),
         ),
-        (
-            1,
-            vec![Record::tombstone("e", day(1), at(13)).unwrap()],
-            WriteOptions::default(),
-        ),
-        (1, vec![record("e", 1, "2", 14)], listing(15)),
-        (2, vec![], listing(11)),
+        (1, vec![tomb("e", jan(1), at(13))], WriteOptions::default()),
+        (1, vec![rec("e", jan(1), "2", at(14))], listing(at(15))),
+        (2, vec![], listing(at(11))),
     ];
     let sqlite = SqliteStore::open_in_memory().await.unwrap();
     let memory = MemoryStore::new();
     for (i, (d, records, options)) in steps.into_iter().enumerate() {
-        let got = upsert(&sqlite, day(d), records.clone(), options).await;
-        let want = upsert(&memory, day(d), records, options).await;
+        let got = upsert(&sqlite, jan(d), records.clone(), options).await;
+        let want = upsert(&memory, jan(d), records, options).await;
         match (got, want) {
             (Ok(got), Ok(want)) => assert_eq!(got, want, "counts of step {i}"),
             (got, want) => assert_eq!(

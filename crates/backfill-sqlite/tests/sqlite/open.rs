@@ -1,20 +1,9 @@
 //! Opening a store: bad names and bad files are typed errors that change
 //! nothing.
 
+use backfill_core::conformance::fixtures::{at, day, kv, rec};
 use backfill_core::{upsert, Error, Record, Store, WriteOptions};
 use backfill_sqlite::SqliteStore;
-use chrono::{NaiveDate, TimeZone, Utc};
-
-fn record(key: &str) -> Record {
-    let day = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
-    Record::new(
-        key,
-        day,
-        "v",
-        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(),
-    )
-    .unwrap()
-}
 
 #[tokio::test]
 async fn invalid_table_names_are_rejected_before_touching_the_file() {
@@ -72,22 +61,21 @@ async fn a_file_that_is_not_a_database_is_an_open_error_and_left_alone() {
 async fn reopening_keeps_rows_and_tables_are_independent() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.sqlite");
-    let day = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
     {
         let store = SqliteStore::open(&path).await.unwrap();
-        upsert(&store, day, vec![record("a")], WriteOptions::default())
+        upsert(&store, day(0), vec![kv("a", "v")], WriteOptions::default())
             .await
             .unwrap();
     }
     let again = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(again.rows().await.unwrap(), vec![record("a")]);
+    assert_eq!(again.rows().await.unwrap(), vec![kv("a", "v")]);
     let other = SqliteStore::builder(&path)
         .table("other")
         .open()
         .await
         .unwrap();
     assert!(other.rows().await.unwrap().is_empty());
-    let c = upsert(&again, day, vec![record("a")], WriteOptions::default())
+    let c = upsert(&again, day(0), vec![kv("a", "v")], WriteOptions::default())
         .await
         .unwrap();
     assert_eq!(c.written(), 0);
@@ -96,22 +84,12 @@ async fn reopening_keeps_rows_and_tables_are_independent() {
 #[tokio::test]
 async fn reruns_and_stale_redeliveries_change_no_row() {
     let store = SqliteStore::open_in_memory().await.unwrap();
-    let day = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
-    let at = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
     let batch = |value: &str, secs: i64| -> Vec<Record> {
         (0..1000)
-            .map(|i| {
-                Record::new(
-                    format!("k{i:04}"),
-                    day,
-                    value,
-                    at + chrono::Duration::seconds(secs),
-                )
-                .unwrap()
-            })
+            .map(|i| rec(&format!("k{i:04}"), day(0), value, at(secs)))
             .collect()
     };
-    upsert(&store, day, batch("new", 10), WriteOptions::default())
+    upsert(&store, day(0), batch("new", 10), WriteOptions::default())
         .await
         .unwrap();
     // v3: every apply writes exactly one more row, its day's ledger row
@@ -119,10 +97,10 @@ async fn reruns_and_stale_redeliveries_change_no_row() {
     // that, one per apply, is rows of the records table.
     let after_first = store.total_changes().await.unwrap();
     assert_eq!(after_first, 1000 + 1, "the rows and the day's ledger row");
-    upsert(&store, day, batch("new", 10), WriteOptions::default())
+    upsert(&store, day(0), batch("new", 10), WriteOptions::default())
         .await
         .unwrap();
-    upsert(&store, day, batch("old", 5), WriteOptions::default())
+    upsert(&store, day(0), batch("old", 5), WriteOptions::default())
         .await
         .unwrap();
     assert_eq!(
@@ -134,8 +112,8 @@ async fn reruns_and_stale_redeliveries_change_no_row() {
     // raise the day's watermark on every call).
     let replace = WriteOptions::default()
         .mode(backfill_core::Mode::Replace)
-        .as_of(at + chrono::Duration::seconds(10));
-    let c = upsert(&store, day, batch("new", 10), replace)
+        .as_of(at(10));
+    let c = upsert(&store, day(0), batch("new", 10), replace)
         .await
         .unwrap();
     assert_eq!(c.written(), 0);
@@ -146,7 +124,7 @@ async fn reruns_and_stale_redeliveries_change_no_row() {
         after_first + 3,
         "nothing but the day's ledger row (with its watermark) may be written"
     );
-    let c = upsert(&store, day, batch("new", 10), replace)
+    let c = upsert(&store, day(0), batch("new", 10), replace)
         .await
         .unwrap();
     assert_eq!(c.written(), 0);
@@ -157,7 +135,7 @@ async fn reruns_and_stale_redeliveries_change_no_row() {
     );
     // Replacing with 10% of the keys gone changes exactly those rows (into
     // tombstones; the watermark is already as high).
-    let c = upsert(&store, day, batch("new", 10)[..900].to_vec(), replace)
+    let c = upsert(&store, day(0), batch("new", 10)[..900].to_vec(), replace)
         .await
         .unwrap();
     assert_eq!(c.deleted, 100);
@@ -166,7 +144,7 @@ async fn reruns_and_stale_redeliveries_change_no_row() {
     assert_eq!(store.rows().await.unwrap().len(), 900);
     assert_eq!(store.rows_with_tombstones().await.unwrap().len(), 1000);
     // And again: nothing.
-    let c = upsert(&store, day, batch("new", 10)[..900].to_vec(), replace)
+    let c = upsert(&store, day(0), batch("new", 10)[..900].to_vec(), replace)
         .await
         .unwrap();
     assert_eq!((c.written(), c.unchanged), (0, 900));
@@ -202,8 +180,8 @@ async fn index_names_do_not_collide_with_table_names() {
                 .unwrap_or_else(|e| panic!("{order:?}: opening {table}: {e}"));
             upsert(
                 &store,
-                record("a").event_date(),
-                vec![record(table)],
+                day(0),
+                vec![kv(table, "v")],
                 WriteOptions::default(),
             )
             .await
@@ -216,7 +194,7 @@ async fn index_names_do_not_collide_with_table_names() {
                 .open()
                 .await
                 .unwrap();
-            assert_eq!(store.rows().await.unwrap(), vec![record(table)]);
+            assert_eq!(store.rows().await.unwrap(), vec![kv(table, "v")]);
         }
     }
 }
@@ -278,14 +256,9 @@ async fn an_existing_index_on_event_date_is_used_whatever_its_name() {
 async fn file_with_one_row(dir: &tempfile::TempDir) -> std::path::PathBuf {
     let path = dir.path().join("db.sqlite");
     let store = SqliteStore::open(&path).await.unwrap();
-    upsert(
-        &store,
-        record("a").event_date(),
-        vec![record("a")],
-        WriteOptions::default(),
-    )
-    .await
-    .unwrap();
+    upsert(&store, day(0), vec![kv("a", "v")], WriteOptions::default())
+        .await
+        .unwrap();
     drop(store);
     path
 }
@@ -297,19 +270,10 @@ fn read_only_uri(path: &std::path::Path) -> String {
 /// Reads work; a write is a non-retryable error that changes nothing.
 async fn assert_reads_but_never_writes(store: &SqliteStore, path: &std::path::Path) {
     let bytes = std::fs::read(path).unwrap();
-    assert_eq!(store.rows().await.unwrap(), vec![record("a")]);
-    assert_eq!(store.get("a").await.unwrap(), Some(record("a")));
-    assert_eq!(
-        store.day_rows(record("a").event_date()).await.unwrap(),
-        vec![record("a")]
-    );
-    let write = upsert(
-        store,
-        record("a").event_date(),
-        vec![record("b")],
-        WriteOptions::default(),
-    )
-    .await;
+    assert_eq!(store.rows().await.unwrap(), vec![kv("a", "v")]);
+    assert_eq!(store.get("a").await.unwrap(), Some(kv("a", "v")));
+    assert_eq!(store.day_rows(day(0)).await.unwrap(), vec![kv("a", "v")]);
+    let write = upsert(store, day(0), vec![kv("b", "v")], WriteOptions::default()).await;
     match write {
         Err(
             e @ Error::Backend {
@@ -321,7 +285,7 @@ async fn assert_reads_but_never_writes(store: &SqliteStore, path: &std::path::Pa
         }
         other => panic!("expected a Backend error, got {other:?}"),
     }
-    assert_eq!(store.rows().await.unwrap(), vec![record("a")]);
+    assert_eq!(store.rows().await.unwrap(), vec![kv("a", "v")]);
     assert_eq!(
         std::fs::read(path).unwrap(),
         bytes,

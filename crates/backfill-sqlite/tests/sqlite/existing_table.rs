@@ -7,22 +7,13 @@
 //! Each case takes the definition the store itself creates and changes one
 //! thing, so a case proves exactly one check.
 
-use backfill_core::{upsert, Error, Record, Store, WriteOptions};
+use backfill_core::conformance::fixtures::{day, kv};
+use backfill_core::{upsert, Error, Store, WriteOptions};
 use backfill_sqlite::SqliteStore;
-use chrono::{NaiveDate, TimeZone, Utc};
 use rusqlite::Connection;
 use tempfile::TempDir;
 
 const TABLE: &str = "t";
-
-fn day() -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 1, 1).unwrap()
-}
-
-fn record(key: &str, value: &str) -> Record {
-    let at = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
-    Record::new(key, day(), value, at).unwrap()
-}
 
 /// A database file whose table `t` has the store's own definition with each
 /// `(from, to)` replacement applied (whitespace collapsed first), and no
@@ -84,15 +75,15 @@ async fn the_stores_own_definition_is_accepted_whatever_its_whitespace() {
         .unwrap();
     upsert(
         &store,
-        day(),
-        vec![record("a", "042"), record("A", "1")],
+        day(0),
+        vec![kv("a", "042"), kv("A", "1")],
         WriteOptions::default(),
     )
     .await
     .unwrap();
     assert_eq!(
         store.rows().await.unwrap(),
-        vec![record("A", "1"), record("a", "042")]
+        vec![kv("A", "1"), kv("a", "042")]
     );
 }
 
@@ -239,8 +230,8 @@ async fn a_file_from_the_earlier_version_keeps_opening() {
     let store = SqliteStore::open(&path).await.unwrap();
     let c = upsert(
         &store,
-        day(),
-        vec![record("a", "old"), record("b", "new")],
+        day(0),
+        vec![kv("a", "old"), kv("b", "new")],
         WriteOptions::default(),
     )
     .await

@@ -4,33 +4,17 @@
 //! leave as one batch (rows, tombstones, ledger row, counts), and an error
 //! or a dropped call in a later page leaves nothing of the day.
 
+use backfill_core::conformance::fixtures::{at, jan, listing, rec, tomb};
 use backfill_core::{
     upsert, upsert_stream, Counts, EventDates, LedgerEntry, MemoryStore, Mode, Problem, Record,
     ReplaceGuard, Store, WriteOptions,
 };
 use backfill_core::{Error, Field};
 use backfill_sqlite::SqliteStore;
-use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
 use futures_util::{stream, FutureExt};
-
-fn day(d: u32) -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 5, d).unwrap()
-}
 
 /// The day every test syncs.
 const D: u32 = 10;
-
-fn at(secs: i64) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 5, 10, 0, 0, 0).unwrap() + Duration::seconds(secs)
-}
-
-fn rec(key: &str, d: u32, value: &str, secs: i64) -> Record {
-    Record::new(key, day(d), value, at(secs)).unwrap()
-}
-
-fn tomb(key: &str, d: u32, secs: i64) -> Record {
-    Record::tombstone(key, day(d), at(secs)).unwrap()
-}
 
 async fn paged(rows: usize) -> SqliteStore {
     SqliteStore::builder_in_memory()
@@ -49,13 +33,13 @@ async fn streamed(
 ) -> backfill_core::Result<Counts> {
     let chunks: Vec<Result<Vec<Record>, std::io::Error>> =
         records.chunks(size).map(|c| Ok(c.to_vec())).collect();
-    upsert_stream(store, day(D), stream::iter(chunks), options).await
+    upsert_stream(store, jan(D), stream::iter(chunks), options).await
 }
 
 /// The ledger row of the day, with its `synced_at` (the wall clock of
 /// each apply) left out.
 async fn ledger(store: &dyn Store) -> Option<LedgerEntry> {
-    let mut entry = store.ledger(day(D)..=day(D)).await.unwrap().pop()?;
+    let mut entry = store.ledger(jan(D)..=jan(D)).await.unwrap().pop()?;
     if let Some(synced) = entry.synced.as_mut() {
         synced.at = at(0);
     }
@@ -80,23 +64,24 @@ fn seed() -> Vec<(u32, Vec<Record>, WriteOptions)> {
     let mut next = Vec::new();
     for i in 0..60 {
         // Even keys are in the day's fetch below; odd ones only here.
-        d.push(rec(&format!("k{i:03}"), D, "old", 100));
-        next.push(rec(&format!("k{i:03}x"), D + 1, "other day", 100));
+        d.push(rec(&format!("k{i:03}"), jan(D), "old", at(100)));
+        next.push(rec(&format!("k{i:03}x"), jan(D + 1), "other day", at(100)));
     }
     for key in ["a-first", "a-second", "zz-last", "zz-later"] {
-        d.push(rec(key, D, "unlisted", 100));
+        d.push(rec(key, jan(D), "unlisted", at(100)));
     }
-    d.push(rec("k031", D, "newer than the listing", 900));
-    d.push(tomb("k033", D, 100));
-    d.push(rec("k035", D, "old", 10));
+    d.push(rec("k031", jan(D), "newer than the listing", at(900)));
+    d.push(tomb("k033", jan(D), at(100)));
+    d.push(rec("k035", jan(D), "old", at(10)));
     // Earlier listings: a watermark at 50 on both days.
-    let listing_at_50 = WriteOptions::default()
-        .mode(Mode::Replace)
-        .as_of(at(50))
-        .replace_guard(ReplaceGuard::off());
+    let listing_at_50 = listing(at(50));
     vec![
-        (D, vec![rec("k035", D, "old", 10)], listing_at_50),
-        (D + 1, vec![rec("k035y", D + 1, "v", 10)], listing_at_50),
+        (D, vec![rec("k035", jan(D), "old", at(10))], listing_at_50),
+        (
+            D + 1,
+            vec![rec("k035y", jan(D + 1), "v", at(10))],
+            listing_at_50,
+        ),
         (D, d, WriteOptions::default()),
         (D + 1, next, WriteOptions::default()),
     ]
@@ -112,30 +97,30 @@ fn fetch() -> Vec<Record> {
     for i in (0..60).step_by(2) {
         let key = format!("k{i:03}");
         let r = match i % 10 {
-            0 => rec(&key, D, "new", 200),
-            2 => rec(&key, D, "old", 100),
-            4 => rec(&key, D, "stale", 90),
-            6 => tomb(&key, D, 300),
-            _ => rec(&key, D, "new", 250),
+            0 => rec(&key, jan(D), "new", at(200)),
+            2 => rec(&key, jan(D), "old", at(100)),
+            4 => rec(&key, jan(D), "stale", at(90)),
+            6 => tomb(&key, jan(D), at(300)),
+            _ => rec(&key, jan(D), "new", at(250)),
         };
         records.push(r);
     }
     for i in 0..25 {
-        records.push(rec(&format!("n{i:03}"), D, "fresh", 150));
+        records.push(rec(&format!("n{i:03}"), jan(D), "fresh", at(150)));
     }
     // At or before the watermark of 50: written as tombstones.
-    records.push(rec("n900-late", D, "arrived late", 40));
-    records.push(rec("k001x", D + 1, "stale, of the next day", 50));
+    records.push(rec("n900-late", jan(D), "arrived late", at(40)));
+    records.push(rec("k001x", jan(D + 1), "stale, of the next day", at(50)));
     // The next day's records in lenient mode, one over its own row, and
     // keys moving between the days.
-    records.push(rec("k003x", D + 1, "other day, newer", 200));
-    records.push(rec("k005x", D, "moved to the day", 300));
-    records.push(rec("k007", D + 1, "moved away from the day", 300));
+    records.push(rec("k003x", jan(D + 1), "other day, newer", at(200)));
+    records.push(rec("k005x", jan(D), "moved to the day", at(300)));
+    records.push(rec("k007", jan(D + 1), "moved away from the day", at(300)));
     // Duplicates: losing and winning versions of keys above.
-    records.push(rec("k000", D, "new but older", 199));
-    records.push(rec("k002", D, "newest", 260));
-    records.push(rec("n003", D, "fresh", 150));
-    records.push(tomb("n004", D, 150));
+    records.push(rec("k000", jan(D), "new but older", at(199)));
+    records.push(rec("k002", jan(D), "newest", at(260)));
+    records.push(rec("n003", jan(D), "fresh", at(150)));
+    records.push(tomb("n004", jan(D), at(150)));
     // Shuffled, deterministically.
     for i in (1..records.len()).rev() {
         records.swap(i, rng(i + 1));
@@ -164,7 +149,7 @@ async fn seeded(rows: usize) -> (SqliteStore, SqliteStore, MemoryStore) {
     );
     for (d, records, options) in seed() {
         for store in [&p as &dyn Store, &b, &m] {
-            upsert(store, day(d), records.clone(), options)
+            upsert(store, jan(d), records.clone(), options)
                 .await
                 .unwrap();
         }
@@ -191,8 +176,8 @@ async fn many_pages_equal_one_batch() {
                 let got = streamed(&p, &fetch(), chunk, options)
                     .await
                     .unwrap_or_else(|e| panic!("{what}: {e}"));
-                let expected = upsert(&b, day(D), fetch(), options).await.unwrap();
-                let reference = upsert(&m, day(D), fetch(), options).await.unwrap();
+                let expected = upsert(&b, jan(D), fetch(), options).await.unwrap();
+                let reference = upsert(&m, jan(D), fetch(), options).await.unwrap();
                 assert_eq!(expected, reference, "{what}: SQLite's batch path");
                 assert_eq!(got, expected, "{what}: counts");
                 assert_eq!(got.collapsed, 4, "{what}: collapsed");
@@ -237,7 +222,7 @@ async fn a_listing_tombstones_what_the_whole_listing_lacks() {
         .unwrap();
     let reference = MemoryStore::new();
     let all: Vec<Record> = (0..2000)
-        .map(|i| rec(&format!("key:{i:05}"), D, "v", 100))
+        .map(|i| rec(&format!("key:{i:05}"), jan(D), "v", at(100)))
         .collect();
     let listed: Vec<Record> = all[..1990].iter().skip(1).step_by(2).cloned().collect();
     let options = WriteOptions::default()
@@ -245,12 +230,12 @@ async fn a_listing_tombstones_what_the_whole_listing_lacks() {
         .as_of(at(500))
         .replace_guard(ReplaceGuard::default().max_delete_fraction(0.6));
     for s in [&store as &dyn Store, &reference] {
-        upsert(s, day(D), all.clone(), WriteOptions::default())
+        upsert(s, jan(D), all.clone(), WriteOptions::default())
             .await
             .unwrap();
     }
     let got = streamed(&store, &listed, 100, options).await.unwrap();
-    let expected = upsert(&reference, day(D), listed.clone(), options)
+    let expected = upsert(&reference, jan(D), listed.clone(), options)
         .await
         .unwrap();
     assert_eq!(got, expected);
@@ -258,7 +243,7 @@ async fn a_listing_tombstones_what_the_whole_listing_lacks() {
         (got.unchanged, got.unlisted, got.deleted),
         (995, 1005, 1005)
     );
-    assert_eq!(store.day_rows(day(D)).await.unwrap(), listed);
+    assert_eq!(store.day_rows(jan(D)).await.unwrap(), listed);
     assert_eq!(state(&store).await, state(&reference).await);
 }
 
@@ -275,7 +260,7 @@ async fn the_guard_sees_the_whole_listing() {
             .event_dates(EventDates::Lenient)
             .replace_guard(ReplaceGuard::default().max_delete_fraction(fraction));
         let got = streamed(&p, &fetch(), 5, options).await;
-        let expected = upsert(&b, day(D), fetch(), options).await;
+        let expected = upsert(&b, jan(D), fetch(), options).await;
         // 31 of the day's live rows go, between 30% and 60% of them.
         assert_eq!(expected.is_ok(), fraction == 0.6, "{expected:?}");
         match (&got, &expected) {
@@ -319,24 +304,24 @@ async fn an_error_in_a_later_page_leaves_nothing_of_the_day() {
             .await
             .unwrap();
         let seed: Vec<Record> = (0..50)
-            .map(|i| rec(&format!("k{i:03}"), D, "old", 100))
+            .map(|i| rec(&format!("k{i:03}"), jan(D), "old", at(100)))
             .collect();
         for s in [&store, &batch_store] {
-            upsert(s, day(D), seed.clone(), WriteOptions::default())
+            upsert(s, jan(D), seed.clone(), WriteOptions::default())
                 .await
                 .unwrap();
         }
         let before = state(&store).await;
         let mut records: Vec<Record> = (0..40)
-            .map(|i| rec(&format!("k{i:03}"), D, "new", 200))
+            .map(|i| rec(&format!("k{i:03}"), jan(D), "new", at(200)))
             .collect();
-        records.push(rec("zz", D, &"v".repeat(LIMIT as usize), 200));
+        records.push(rec("zz", jan(D), &"v".repeat(LIMIT as usize), at(200)));
         let options = WriteOptions::default()
             .mode(mode)
             .as_of(at(500))
             .replace_guard(ReplaceGuard::off());
         let error = streamed(&store, &records, 3, options).await.unwrap_err();
-        let batch_error = upsert(&batch_store, day(D), records.clone(), options)
+        let batch_error = upsert(&batch_store, jan(D), records.clone(), options)
             .await
             .unwrap_err();
         match &error {
@@ -369,12 +354,9 @@ async fn a_dropped_call_leaves_nothing_and_frees_the_store() {
     let store = paged(1).await;
     let reference = MemoryStore::new();
     let records: Vec<Record> = (0..2000)
-        .map(|i| rec(&format!("k{i:05}"), D, "v", 100))
+        .map(|i| rec(&format!("k{i:05}"), jan(D), "v", at(100)))
         .collect();
-    let options = WriteOptions::default()
-        .mode(Mode::Replace)
-        .as_of(at(500))
-        .replace_guard(ReplaceGuard::off());
+    let options = listing(at(500));
     let empty = state(&store).await;
     // One poll: the writer starts, takes the first pages, and the reader
     // waits for room in the channel; then the call is dropped.
@@ -382,7 +364,7 @@ async fn a_dropped_call_leaves_nothing_and_frees_the_store() {
     assert!(first.is_none(), "2 000 pages of one record in one poll");
     assert_eq!(state(&store).await, empty, "a dropped call wrote");
     let counts = streamed(&store, &records, 100, options).await.unwrap();
-    let expected = upsert(&reference, day(D), records, options).await.unwrap();
+    let expected = upsert(&reference, jan(D), records, options).await.unwrap();
     assert_eq!(counts, expected);
     assert_eq!(counts.inserted, 2000);
     assert_eq!(

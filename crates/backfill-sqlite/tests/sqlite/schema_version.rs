@@ -4,24 +4,13 @@
 //! metadata tables are checked like the records table, and their names are
 //! reserved. (Version 2 → 3 and the ledger columns: `ledger.rs`.)
 
-use backfill_core::{upsert, Error, Mode, Record, ReplaceGuard, Store, WriteOptions};
+use backfill_core::conformance::fixtures::{at, jan, listing, rec, tomb};
+use backfill_core::{upsert, Error, Mode, Record, Store, WriteOptions};
 use backfill_sqlite::SqliteStore;
-use chrono::{Duration, NaiveDate, TimeZone, Utc};
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 
-fn day(d: u32) -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 1, d).unwrap()
-}
-
-fn record(key: &str, d: u32, value: &str, secs: i64) -> Record {
-    let at = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + Duration::seconds(secs);
-    Record::new(key, day(d), value, at).unwrap()
-}
-
-fn instant(secs: i64) -> chrono::DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + Duration::seconds(secs)
-}
+use super::raw;
 
 /// The records table and index exactly as the release at commit d5cb5de
 /// (schema version 1) created them, for table `t`.
@@ -59,9 +48,9 @@ CREATE INDEX IF NOT EXISTS "t_event_date" ON "t" (event_date);
 /// The rows a version-1 file holds: two days, one value empty.
 fn v1_rows() -> Vec<Record> {
     vec![
-        record("a", 1, r#"{"n":1}"#, 10),
-        record("b", 1, "", 11),
-        record("c", 2, "x", 12),
+        rec("a", jan(1), r#"{"n":1}"#, at(10)),
+        rec("b", jan(1), "", at(11)),
+        rec("c", jan(2), "x", at(12)),
     ]
 }
 
@@ -91,10 +80,6 @@ fn v1_file(dir: &tempfile::TempDir, ddl: &str) -> PathBuf {
 
 async fn open(path: &Path) -> backfill_core::Result<SqliteStore> {
     SqliteStore::builder(path).table("t").open().await
-}
-
-fn raw(path: &Path) -> Connection {
-    Connection::open(path).unwrap()
 }
 
 fn schema_version(path: &Path) -> Option<i64> {
@@ -173,28 +158,25 @@ async fn assert_upgrades_in_place(ddl: &str) {
     // Writes work: an update, a tombstone, a listing.
     let c = upsert(
         &store,
-        day(1),
+        jan(1),
         vec![
-            record("a", 1, "new", 20),
-            Record::tombstone("b", day(1), instant(20)).unwrap(),
-            record("d", 1, "d", 20),
+            rec("a", jan(1), "new", at(20)),
+            tomb("b", jan(1), at(20)),
+            rec("d", jan(1), "d", at(20)),
         ],
         WriteOptions::default(),
     )
     .await
     .unwrap();
     assert_eq!((c.inserted, c.updated, c.deleted), (1, 1, 1));
-    let listing = WriteOptions::default()
-        .mode(Mode::Replace)
-        .as_of(instant(30))
-        .replace_guard(ReplaceGuard::off());
-    let c = upsert(&store, day(2), Vec::new(), listing).await.unwrap();
+    let listing = listing(at(30));
+    let c = upsert(&store, jan(2), Vec::new(), listing).await.unwrap();
     assert_eq!((c.deleted, c.unlisted), (1, 1));
     let expected_all = vec![
-        record("a", 1, "new", 20),
-        Record::tombstone("b", day(1), instant(20)).unwrap(),
-        record("c", 2, "x", 12).to_tombstone(),
-        record("d", 1, "d", 20),
+        rec("a", jan(1), "new", at(20)),
+        tomb("b", jan(1), at(20)),
+        rec("c", jan(2), "x", at(12)).to_tombstone(),
+        rec("d", jan(1), "d", at(20)),
     ];
     assert_eq!(store.rows_with_tombstones().await.unwrap(), expected_all);
     // Through version 2 to 3: the days table has the ledger columns, and
@@ -207,7 +189,7 @@ async fn assert_upgrades_in_place(ddl: &str) {
         )
         .unwrap();
     assert_eq!(days_columns, 19);
-    let ledger = store.ledger(day(1)..=day(2)).await.unwrap();
+    let ledger = store.ledger(jan(1)..=jan(2)).await.unwrap();
     let seen: Vec<_> = ledger
         .iter()
         .map(|e| (e.day, e.state(), e.listing_watermark))
@@ -215,8 +197,8 @@ async fn assert_upgrades_in_place(ddl: &str) {
     assert_eq!(
         seen,
         [
-            (day(1), backfill_core::DayState::Synced, None),
-            (day(2), backfill_core::DayState::Synced, Some(instant(30))),
+            (jan(1), backfill_core::DayState::Synced, None),
+            (jan(2), backfill_core::DayState::Synced, Some(at(30))),
         ]
     );
     drop(store);
@@ -332,10 +314,8 @@ async fn a_new_table_is_version_3_and_forgets_the_days_of_a_dropped_one() {
     let path = dir.path().join("db.sqlite");
     let store = open(&path).await.unwrap();
     assert_eq!(schema_version(&path), Some(3));
-    let listing = WriteOptions::default()
-        .mode(Mode::Replace)
-        .as_of(instant(100));
-    upsert(&store, day(1), vec![record("a", 1, "v", 1)], listing)
+    let listing = WriteOptions::default().mode(Mode::Replace).as_of(at(100));
+    upsert(&store, jan(1), vec![rec("a", jan(1), "v", at(1))], listing)
         .await
         .unwrap();
     drop(store);
@@ -344,8 +324,8 @@ async fn a_new_table_is_version_3_and_forgets_the_days_of_a_dropped_one() {
     // With the old watermark (100) left behind, this would arrive deleted.
     let c = upsert(
         &store,
-        day(1),
-        vec![record("a", 1, "v", 1)],
+        jan(1),
+        vec![rec("a", jan(1), "v", at(1))],
         WriteOptions::default(),
     )
     .await
@@ -370,8 +350,8 @@ async fn a_table_of_the_current_shape_without_its_version_row_is_registered() {
     let store = open(&path).await.unwrap();
     upsert(
         &store,
-        day(1),
-        vec![record("a", 1, "v", 1)],
+        jan(1),
+        vec![rec("a", jan(1), "v", at(1))],
         WriteOptions::default(),
     )
     .await
@@ -382,7 +362,10 @@ async fn a_table_of_the_current_shape_without_its_version_row_is_registered() {
         .unwrap();
     let store = open(&path).await.unwrap();
     assert_eq!(schema_version(&path), Some(3));
-    assert_eq!(store.rows().await.unwrap(), vec![record("a", 1, "v", 1)]);
+    assert_eq!(
+        store.rows().await.unwrap(),
+        vec![rec("a", jan(1), "v", at(1))]
+    );
 }
 
 #[tokio::test]
@@ -524,16 +507,13 @@ async fn tables_of_one_file_keep_their_own_watermarks() {
     let path = dir.path().join("db.sqlite");
     let a = SqliteStore::builder(&path).table("a").open().await.unwrap();
     let b = SqliteStore::builder(&path).table("b").open().await.unwrap();
-    let listing = WriteOptions::default()
-        .mode(Mode::Replace)
-        .as_of(instant(100))
-        .replace_guard(ReplaceGuard::off());
-    upsert(&a, day(1), Vec::new(), listing).await.unwrap();
+    let listing = listing(at(100));
+    upsert(&a, jan(1), Vec::new(), listing).await.unwrap();
     // Under a's watermark this would be a tombstone; b has none.
     let c = upsert(
         &b,
-        day(1),
-        vec![record("k", 1, "v", 50)],
+        jan(1),
+        vec![rec("k", jan(1), "v", at(50))],
         WriteOptions::default(),
     )
     .await
@@ -541,8 +521,8 @@ async fn tables_of_one_file_keep_their_own_watermarks() {
     assert_eq!(c.inserted, 1);
     let c = upsert(
         &a,
-        day(1),
-        vec![record("k", 1, "v", 50)],
+        jan(1),
+        vec![rec("k", jan(1), "v", at(50))],
         WriteOptions::default(),
     )
     .await

@@ -4,37 +4,15 @@
 //! version-2 file is upgraded in place (the shared days table once, for
 //! every records table), and the ledger columns are checked on open.
 
+use backfill_core::conformance::fixtures::{at, jan, listing, rec, tomb};
 use backfill_core::{
-    backfill, upsert, DayFailure, DayState, Error, Mode, Record, ReplaceGuard, RunId, Store,
-    WriteOptions,
+    backfill, upsert, DayFailure, DayState, Error, Mode, Record, RunId, Store, WriteOptions,
 };
 use backfill_sqlite::SqliteStore;
-use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
-use rusqlite::Connection;
+use chrono::{Duration, NaiveDate, Utc};
 use std::path::{Path, PathBuf};
 
-fn day(d: u32) -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 1, d).unwrap()
-}
-
-fn at(secs: i64) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + Duration::seconds(secs)
-}
-
-fn record(key: &str, d: u32, value: &str, secs: i64) -> Record {
-    Record::new(key, day(d), value, at(secs)).unwrap()
-}
-
-fn raw(path: &Path) -> Connection {
-    Connection::open(path).unwrap()
-}
-
-fn listing(as_of: i64) -> WriteOptions {
-    WriteOptions::default()
-        .mode(Mode::Replace)
-        .as_of(at(as_of))
-        .replace_guard(ReplaceGuard::off())
-}
+use super::raw;
 
 async fn file_store(dir: &tempfile::TempDir, table: &str) -> (SqliteStore, PathBuf) {
     let path = dir.path().join("db.sqlite");
@@ -76,24 +54,24 @@ fn writes(path: &Path) -> (i64, i64) {
 #[tokio::test]
 async fn a_success_writes_the_days_ledger_row_with_its_counts() {
     let store = SqliteStore::open_in_memory().await.unwrap();
-    assert_eq!(store.ledger(day(1)..=day(31)).await.unwrap(), []);
+    assert_eq!(store.ledger(jan(1)..=jan(31)).await.unwrap(), []);
     let before = Utc::now();
     let c = upsert(
         &store,
-        day(2),
+        jan(2),
         vec![
-            record("a", 2, "v", 1),
-            record("a", 2, "w", 2),
-            record("b", 2, "v", 1),
+            rec("a", jan(2), "v", at(1)),
+            rec("a", jan(2), "w", at(2)),
+            rec("b", jan(2), "v", at(1)),
         ],
         WriteOptions::default(),
     )
     .await
     .unwrap();
-    let ledger = store.ledger(day(1)..=day(31)).await.unwrap();
+    let ledger = store.ledger(jan(1)..=jan(31)).await.unwrap();
     assert_eq!(ledger.len(), 1);
     let entry = &ledger[0];
-    assert_eq!((entry.day, entry.state()), (day(2), DayState::Synced));
+    assert_eq!((entry.day, entry.state()), (jan(2), DayState::Synced));
     assert_eq!(
         (entry.failure.as_ref(), entry.listing_watermark),
         (None, None)
@@ -110,33 +88,43 @@ async fn a_success_writes_the_days_ledger_row_with_its_counts() {
 
     // A listing: its watermark and as_of; the range bounds are inclusive
     // and days without a row are absent.
-    upsert(&store, day(3), vec![record("c", 3, "v", 1)], listing(50))
-        .await
-        .unwrap();
-    let ledger = store.ledger(day(2)..=day(3)).await.unwrap();
+    upsert(
+        &store,
+        jan(3),
+        vec![rec("c", jan(3), "v", at(1))],
+        listing(at(50)),
+    )
+    .await
+    .unwrap();
+    let ledger = store.ledger(jan(2)..=jan(3)).await.unwrap();
     let days: Vec<_> = ledger.iter().map(|e| e.day).collect();
-    assert_eq!(days, [day(2), day(3)]);
+    assert_eq!(days, [jan(2), jan(3)]);
     let synced = ledger[1].synced.as_ref().unwrap();
     assert_eq!((synced.mode, synced.as_of), (Mode::Replace, Some(at(50))));
     assert_eq!(ledger[1].listing_watermark, Some(at(50)));
-    assert_eq!(store.ledger(day(3)..=day(3)).await.unwrap().len(), 1);
-    assert_eq!(store.ledger(day(4)..=day(31)).await.unwrap(), []);
-    assert_eq!(store.ledger(day(3)..=day(2)).await.unwrap(), []);
+    assert_eq!(store.ledger(jan(3)..=jan(3)).await.unwrap().len(), 1);
+    assert_eq!(store.ledger(jan(4)..=jan(31)).await.unwrap(), []);
+    assert_eq!(store.ledger(jan(3)..=jan(2)).await.unwrap(), []);
 
     // A later merge of the day keeps its watermark; an older listing does
     // not lower it.
-    upsert(&store, day(3), vec![record("c", 3, "v", 1)], listing(40))
-        .await
-        .unwrap();
     upsert(
         &store,
-        day(3),
-        vec![record("c", 3, "v", 1)],
+        jan(3),
+        vec![rec("c", jan(3), "v", at(1))],
+        listing(at(40)),
+    )
+    .await
+    .unwrap();
+    upsert(
+        &store,
+        jan(3),
+        vec![rec("c", jan(3), "v", at(1))],
         WriteOptions::default(),
     )
     .await
     .unwrap();
-    let entry = &store.ledger(day(3)..=day(3)).await.unwrap()[0];
+    let entry = &store.ledger(jan(3)..=jan(3)).await.unwrap()[0];
     assert_eq!(entry.listing_watermark, Some(at(50)));
     assert_eq!(entry.synced.as_ref().unwrap().mode, Mode::Merge);
 }
@@ -146,10 +134,10 @@ async fn a_run_writes_its_run_id_and_the_digest_of_what_it_applied() {
     let store = SqliteStore::open_in_memory().await.unwrap();
     async fn fetch(d: NaiveDate) -> Result<Vec<Record>, std::io::Error> {
         let at = d.and_hms_opt(8, 0, 0).unwrap().and_utc();
-        Ok(vec![Record::new(format!("k:{d}"), d, "v", at).unwrap()])
+        Ok(vec![rec(&format!("k:{d}"), d, "v", at)])
     }
-    backfill(&store, &fetch, day(1)..=day(3)).await.unwrap();
-    let ledger = store.ledger(day(1)..=day(3)).await.unwrap();
+    backfill(&store, &fetch, jan(1)..=jan(3)).await.unwrap();
+    let ledger = store.ledger(jan(1)..=jan(3)).await.unwrap();
     assert_eq!(ledger.len(), 3);
     let run: Vec<Option<RunId>> = ledger
         .iter()
@@ -166,8 +154,8 @@ async fn a_run_writes_its_run_id_and_the_digest_of_what_it_applied() {
     assert!(digests[0] != digests[1] && digests[1] != digests[2]);
     // The digest the reference store computes for the same fetch.
     let memory = backfill_core::MemoryStore::new();
-    backfill(&memory, &fetch, day(1)..=day(1)).await.unwrap();
-    let expected = memory.ledger(day(1)..=day(1)).await.unwrap()[0]
+    backfill(&memory, &fetch, jan(1)..=jan(1)).await.unwrap();
+    let expected = memory.ledger(jan(1)..=jan(1)).await.unwrap()[0]
         .synced
         .as_ref()
         .unwrap()
@@ -180,29 +168,29 @@ async fn a_rerun_writes_its_ledger_row_and_no_record() {
     let dir = tempfile::tempdir().unwrap();
     let (store, path) = file_store(&dir, "backfill_records").await;
     let records: Vec<Record> = (0..100)
-        .map(|i| record(&format!("k{i:03}"), 1, "v", i))
+        .map(|i| rec(&format!("k{i:03}"), jan(1), "v", at(i)))
         .collect();
-    upsert(&store, day(1), records.clone(), WriteOptions::default())
+    upsert(&store, jan(1), records.clone(), WriteOptions::default())
         .await
         .unwrap();
-    upsert(&store, day(1), records[..90].to_vec(), listing(1000))
+    upsert(&store, jan(1), records[..90].to_vec(), listing(at(1000)))
         .await
         .unwrap();
-    let first = store.ledger(day(1)..=day(1)).await.unwrap();
+    let first = store.ledger(jan(1)..=jan(1)).await.unwrap();
     count_writes(&path);
     for (batch, options) in [
         (records.clone(), WriteOptions::default()),
-        (records[..90].to_vec(), listing(1000)),
-        (records[..90].to_vec(), listing(999)),
+        (records[..90].to_vec(), listing(at(1000))),
+        (records[..90].to_vec(), listing(at(999))),
     ] {
         let before = writes(&path);
-        let c = upsert(&store, day(1), batch, options).await.unwrap();
+        let c = upsert(&store, jan(1), batch, options).await.unwrap();
         assert_eq!(c.written(), 0);
         let after = writes(&path);
         assert_eq!(after.0, before.0, "no tuple in the records table");
         assert_eq!(after.1, before.1 + 1, "exactly the one ledger row update");
     }
-    let last = store.ledger(day(1)..=day(1)).await.unwrap();
+    let last = store.ledger(jan(1)..=jan(1)).await.unwrap();
     let (first, last) = (&first[0], &last[0]);
     assert!(last.synced.as_ref().unwrap().at > first.synced.as_ref().unwrap().at);
     assert_eq!(last.listing_watermark, first.listing_watermark);
@@ -216,13 +204,13 @@ async fn a_failing_batch_leaves_neither_its_rows_nor_its_ledger_row() {
     let (store, path) = file_store(&dir, "backfill_records").await;
     upsert(
         &store,
-        day(1),
-        vec![record("a", 1, "v", 1)],
+        jan(1),
+        vec![rec("a", jan(1), "v", at(1))],
         WriteOptions::default(),
     )
     .await
     .unwrap();
-    let ledger = store.ledger(day(1)..=day(2)).await.unwrap();
+    let ledger = store.ledger(jan(1)..=jan(2)).await.unwrap();
     let rows = store.rows_with_tombstones().await.unwrap();
 
     // A record refused by SQLite after others of the batch were written.
@@ -233,14 +221,14 @@ async fn a_failing_batch_leaves_neither_its_rows_nor_its_ledger_row() {
         )
         .unwrap();
     let batch: Vec<Record> = (0..10)
-        .map(|i| record(&format!("k{i}"), 2, "v", 1))
+        .map(|i| rec(&format!("k{i}"), jan(2), "v", at(1)))
         .collect();
-    let e = upsert(&store, day(2), batch.clone(), WriteOptions::default())
+    let e = upsert(&store, jan(2), batch.clone(), WriteOptions::default())
         .await
         .unwrap_err();
     assert!(e.to_string().contains("boom"), "{e}");
     assert_eq!(store.rows_with_tombstones().await.unwrap(), rows);
-    assert_eq!(store.ledger(day(1)..=day(2)).await.unwrap(), ledger);
+    assert_eq!(store.ledger(jan(1)..=jan(2)).await.unwrap(), ledger);
 
     // The ledger row refused, last: the batch's rows go with it.
     raw(&path)
@@ -250,19 +238,19 @@ async fn a_failing_batch_leaves_neither_its_rows_nor_its_ledger_row() {
              BEGIN SELECT RAISE(ABORT, 'no ledger'); END;",
         )
         .unwrap();
-    let e = upsert(&store, day(2), batch.clone(), WriteOptions::default())
+    let e = upsert(&store, jan(2), batch.clone(), WriteOptions::default())
         .await
         .unwrap_err();
     assert!(e.to_string().contains("no ledger"), "{e}");
     assert_eq!(store.rows_with_tombstones().await.unwrap(), rows);
-    assert_eq!(store.ledger(day(1)..=day(2)).await.unwrap(), ledger);
+    assert_eq!(store.ledger(jan(1)..=jan(2)).await.unwrap(), ledger);
 
     raw(&path).execute_batch("DROP TRIGGER boom").unwrap();
-    let c = upsert(&store, day(2), batch, WriteOptions::default())
+    let c = upsert(&store, jan(2), batch, WriteOptions::default())
         .await
         .unwrap();
     assert_eq!(c.inserted, 10);
-    assert_eq!(store.ledger(day(1)..=day(2)).await.unwrap().len(), 2);
+    assert_eq!(store.ledger(jan(1)..=jan(2)).await.unwrap().len(), 2);
 }
 
 #[tokio::test]
@@ -271,8 +259,8 @@ async fn a_failure_keeps_the_last_success_and_a_later_success_clears_it() {
     // A day that never succeeded.
     let run = RunId::new();
     let failure = DayFailure::new(at(10), Some(run.clone()), 3, "503 Service Unavailable");
-    store.record_failure(day(1), &failure).await.unwrap();
-    let entry = &store.ledger(day(1)..=day(1)).await.unwrap()[0];
+    store.record_failure(jan(1), &failure).await.unwrap();
+    let entry = &store.ledger(jan(1)..=jan(1)).await.unwrap()[0];
     assert_eq!(entry.state(), DayState::Failed);
     assert_eq!(
         (entry.synced.as_ref(), entry.failure.as_ref()),
@@ -281,18 +269,23 @@ async fn a_failure_keeps_the_last_success_and_a_later_success_clears_it() {
 
     // A success clears it; a failure after keeps the success and the
     // watermark.
-    upsert(&store, day(1), vec![record("a", 1, "v", 1)], listing(20))
-        .await
-        .unwrap();
-    let synced = store.ledger(day(1)..=day(1)).await.unwrap()[0].clone();
+    upsert(
+        &store,
+        jan(1),
+        vec![rec("a", jan(1), "v", at(1))],
+        listing(at(20)),
+    )
+    .await
+    .unwrap();
+    let synced = store.ledger(jan(1)..=jan(1)).await.unwrap()[0].clone();
     assert_eq!(
         (synced.state(), synced.failure.as_ref()),
         (DayState::Synced, None)
     );
     let long = "x".repeat(backfill_core::MAX_ERROR_BYTES * 2);
     let later = DayFailure::new(at(30), None, 1, &long);
-    store.record_failure(day(1), &later).await.unwrap();
-    let entry = &store.ledger(day(1)..=day(1)).await.unwrap()[0];
+    store.record_failure(jan(1), &later).await.unwrap();
+    let entry = &store.ledger(jan(1)..=jan(1)).await.unwrap()[0];
     assert_eq!(entry.state(), DayState::Failed);
     assert_eq!(entry.synced, synced.synced);
     assert_eq!(entry.listing_watermark, Some(at(20)));
@@ -300,22 +293,22 @@ async fn a_failure_keeps_the_last_success_and_a_later_success_clears_it() {
     assert!(later.error.len() <= backfill_core::MAX_ERROR_BYTES);
 
     // Overwritten by the next failure, cleared by the next success.
-    store.record_failure(day(1), &failure).await.unwrap();
+    store.record_failure(jan(1), &failure).await.unwrap();
     assert_eq!(
-        store.ledger(day(1)..=day(1)).await.unwrap()[0]
+        store.ledger(jan(1)..=jan(1)).await.unwrap()[0]
             .failure
             .as_ref(),
         Some(&failure)
     );
     upsert(
         &store,
-        day(1),
-        vec![record("a", 1, "v", 1)],
+        jan(1),
+        vec![rec("a", jan(1), "v", at(1))],
         WriteOptions::default(),
     )
     .await
     .unwrap();
-    let entry = &store.ledger(day(1)..=day(1)).await.unwrap()[0];
+    let entry = &store.ledger(jan(1)..=jan(1)).await.unwrap()[0];
     assert_eq!(
         (entry.state(), entry.failure.as_ref()),
         (DayState::Synced, None)
@@ -329,26 +322,26 @@ async fn a_read_only_store_reads_the_ledger_and_records_no_failure() {
     let (store, path) = file_store(&dir, "backfill_records").await;
     upsert(
         &store,
-        day(1),
-        vec![record("a", 1, "v", 1)],
+        jan(1),
+        vec![rec("a", jan(1), "v", at(1))],
         WriteOptions::default(),
     )
     .await
     .unwrap();
     store
-        .record_failure(day(2), &DayFailure::new(at(1), None, 2, "timeout"))
+        .record_failure(jan(2), &DayFailure::new(at(1), None, 2, "timeout"))
         .await
         .unwrap();
-    let ledger = store.ledger(day(1)..=day(2)).await.unwrap();
+    let ledger = store.ledger(jan(1)..=jan(2)).await.unwrap();
     drop(store);
     let read_only = SqliteStore::builder(&path)
         .read_only(true)
         .open()
         .await
         .unwrap();
-    assert_eq!(read_only.ledger(day(1)..=day(2)).await.unwrap(), ledger);
+    assert_eq!(read_only.ledger(jan(1)..=jan(2)).await.unwrap(), ledger);
     match read_only
-        .record_failure(day(1), &DayFailure::new(at(2), None, 1, "x"))
+        .record_failure(jan(1), &DayFailure::new(at(2), None, 1, "x"))
         .await
     {
         Err(e @ Error::Backend { .. }) => {
@@ -357,7 +350,7 @@ async fn a_read_only_store_reads_the_ledger_and_records_no_failure() {
         }
         other => panic!("expected a Backend error, got {other:?}"),
     }
-    assert_eq!(read_only.ledger(day(1)..=day(2)).await.unwrap(), ledger);
+    assert_eq!(read_only.ledger(jan(1)..=jan(2)).await.unwrap(), ledger);
 }
 
 /// A version-2 database: records tables `a` and `b` (with rows), the
@@ -473,10 +466,7 @@ fn schema_of(path: &Path) -> (i64, String) {
 async fn a_version_2_file_is_upgraded_in_place_once_for_every_table() {
     let dir = tempfile::tempdir().unwrap();
     let path = v2_file(&dir);
-    let expected = vec![
-        Record::tombstone("gone", day(1), at(2)).unwrap(),
-        record("live", 1, "v", 1),
-    ];
+    let expected = vec![tomb("gone", jan(1), at(2)), rec("live", jan(1), "v", at(1))];
 
     // Read-only: refused, nothing changed.
     let untouched = std::fs::read(&path).unwrap();
@@ -503,20 +493,20 @@ async fn a_version_2_file_is_upgraded_in_place_once_for_every_table() {
     assert_eq!(a.rows_with_tombstones().await.unwrap(), expected);
     // The day synced before the upgrade: its watermark, no ledger columns,
     // so it reads as missing.
-    let entry = &a.ledger(day(1)..=day(1)).await.unwrap()[0];
+    let entry = &a.ledger(jan(1)..=jan(1)).await.unwrap()[0];
     assert_eq!(entry.state(), DayState::Missing);
     assert_eq!(entry.listing_watermark, Some(at(100)));
     // The watermark still rules.
     let c = upsert(
         &a,
-        day(1),
-        vec![record("late", 1, "v", 50)],
+        jan(1),
+        vec![rec("late", jan(1), "v", at(50))],
         WriteOptions::default(),
     )
     .await
     .unwrap();
     assert_eq!(c.deleted, 1);
-    let entry = &a.ledger(day(1)..=day(1)).await.unwrap()[0];
+    let entry = &a.ledger(jan(1)..=jan(1)).await.unwrap()[0];
     assert_eq!(entry.state(), DayState::Synced);
     assert_eq!(entry.listing_watermark, Some(at(100)));
 
@@ -527,7 +517,7 @@ async fn a_version_2_file_is_upgraded_in_place_once_for_every_table() {
     assert_eq!(schema_of(&path), days_schema, "no DDL for b");
     assert_eq!(days_columns(&path), V3_DAYS_COLUMNS);
     assert_eq!(b.rows_with_tombstones().await.unwrap(), expected);
-    let entry = &b.ledger(day(1)..=day(2)).await.unwrap();
+    let entry = &b.ledger(jan(1)..=jan(2)).await.unwrap();
     assert_eq!(entry.len(), 1);
     assert_eq!(
         (entry[0].state(), entry[0].listing_watermark),
@@ -564,14 +554,14 @@ async fn a_new_table_beside_version_2_tables_gives_the_days_table_its_columns() 
     assert_eq!(days_columns(&path), V3_DAYS_COLUMNS);
     upsert(
         &c,
-        day(1),
-        vec![record("k", 1, "v", 1)],
+        jan(1),
+        vec![rec("k", jan(1), "v", at(1))],
         WriteOptions::default(),
     )
     .await
     .unwrap();
     assert_eq!(
-        c.ledger(day(1)..=day(1)).await.unwrap()[0].state(),
+        c.ledger(jan(1)..=jan(1)).await.unwrap()[0].state(),
         DayState::Synced
     );
     // And `a` then upgrades without DDL.

@@ -1,20 +1,11 @@
 //! Values too large for SQLite are refused as invalid records, typed and
 //! not worth a retry, before anything of their batch is written.
 
-use backfill_core::{upsert, Error, Field, Problem, Record, Store, WriteOptions, MAX_KEY_BYTES};
+use backfill_core::conformance::fixtures::{day, kv};
+use backfill_core::{upsert, Error, Field, Problem, Store, WriteOptions, MAX_KEY_BYTES};
 use backfill_sqlite::SqliteStore;
-use chrono::{NaiveDate, TimeZone, Utc};
 
 const LIMIT: u32 = 100_000;
-
-fn day() -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 1, 1).unwrap()
-}
-
-fn record(key: &str, value: &str) -> Record {
-    let at = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
-    Record::new(key, day(), value, at).unwrap()
-}
 
 #[tokio::test]
 async fn the_default_limit_is_sqlites() {
@@ -36,8 +27,8 @@ async fn a_value_over_the_length_limit_is_an_invalid_record_and_writes_nothing()
         "{max}"
     );
     let too_long = "v".repeat(LIMIT as usize);
-    let batch = vec![record("a", "small"), record("b", &too_long)];
-    match upsert(&store, day(), batch, WriteOptions::default()).await {
+    let batch = vec![kv("a", "small"), kv("b", &too_long)];
+    match upsert(&store, day(0), batch, WriteOptions::default()).await {
         Err(
             e @ Error::InvalidRecord {
                 field: Field::Value,
@@ -72,19 +63,19 @@ async fn the_longest_value_taken_fits_beside_the_longest_key() {
         .await
         .unwrap();
     let max = store.max_value_bytes();
-    let longest = record(&"k".repeat(MAX_KEY_BYTES), &"v".repeat(max));
+    let longest = kv(&"k".repeat(MAX_KEY_BYTES), &"v".repeat(max));
     upsert(
         &store,
-        day(),
+        day(0),
         vec![longest.clone()],
         WriteOptions::default(),
     )
     .await
     .unwrap();
     assert_eq!(store.rows().await.unwrap(), vec![longest]);
-    let over = record("k", &"v".repeat(max + 1));
+    let over = kv("k", &"v".repeat(max + 1));
     assert!(matches!(
-        upsert(&store, day(), vec![over], WriteOptions::default()).await,
+        upsert(&store, day(0), vec![over], WriteOptions::default()).await,
         Err(Error::InvalidRecord {
             field: Field::Value,
             ..

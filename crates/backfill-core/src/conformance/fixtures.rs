@@ -1,0 +1,82 @@
+//! The calendar, records and options that tests of a store or of the engine
+//! keep needing, so that every test binary builds them one way.
+//!
+//! **Test support, exempt from semver**, like the rest of
+//! [`conformance`](super).
+//!
+//! One calendar serves every test: it starts on 2026-01-01 ([`day`]`(0)`,
+//! [`jan`]`(1)`) at 00:00:00 UTC ([`at`]`(0)`). The record makers panic,
+//! naming the caller's line, when a test asks for a record the engine
+//! refuses: a test that wants the refusal calls [`Record::new`] itself.
+//!
+//! ```
+//! use backfill_core::conformance::fixtures::{at, day, jan, kv, listing, rec, tomb};
+//! use backfill_core::Mode;
+//!
+//! assert_eq!(jan(2), day(1));
+//! let live = rec("order:1", jan(2), r#"{"total":3}"#, at(60));
+//! let gone = tomb("order:2", jan(2), at(60));
+//! assert!(gone.is_deleted() && !live.is_deleted());
+//! assert_eq!(kv("k", "v"), rec("k", day(0), "v", at(0)));
+//! assert_eq!(listing(at(3600)).mode, Mode::Replace);
+//! ```
+
+use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
+
+use crate::{Mode, Record, ReplaceGuard, WriteOptions};
+
+/// Day `n` of the calendar: 2026-01-01 is day 0, and `n` may be negative.
+pub fn day(n: i64) -> NaiveDate {
+    NaiveDate::from_ymd_opt(2026, 1, 1).unwrap() + Duration::days(n)
+}
+
+/// 2026-01-`d`: the calendar's January counted from 1, for tests that
+/// name days by date (`jan(d) == day(d - 1)`).
+#[track_caller]
+pub fn jan(d: u32) -> NaiveDate {
+    match NaiveDate::from_ymd_opt(2026, 1, d) {
+        Some(date) => date,
+        None => panic!("January has no day {d}"),
+    }
+}
+
+/// `secs` seconds after the calendar's first instant, 2026-01-01 00:00:00
+/// UTC.
+pub fn at(secs: i64) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + Duration::seconds(secs)
+}
+
+/// A live record: `key` = `value` in day `d`, as of `when`.
+#[track_caller]
+pub fn rec(key: &str, d: NaiveDate, value: &str, when: DateTime<Utc>) -> Record {
+    match Record::new(key, d, value, when) {
+        Ok(record) => record,
+        Err(e) => panic!("test record is invalid: {e}"),
+    }
+}
+
+/// `key` = `value` in day 0 as of instant 0 ([`rec`]`(key, day(0), value,
+/// at(0))`), for tests in which only keys and values matter.
+#[track_caller]
+pub fn kv(key: &str, value: &str) -> Record {
+    rec(key, day(0), value, at(0))
+}
+
+/// A tombstone: `key` deleted from day `d` as of `when`.
+#[track_caller]
+pub fn tomb(key: &str, d: NaiveDate, when: DateTime<Utc>) -> Record {
+    match Record::tombstone(key, d, when) {
+        Ok(record) => record,
+        Err(e) => panic!("test tombstone is invalid: {e}"),
+    }
+}
+
+/// Options for a listing of a day: the whole day as the upstream held it
+/// at `as_of` ([`Mode::Replace`]), with the guard against large deletes
+/// off.
+pub fn listing(as_of: DateTime<Utc>) -> WriteOptions {
+    WriteOptions::default()
+        .mode(Mode::Replace)
+        .as_of(as_of)
+        .replace_guard(ReplaceGuard::off())
+}
