@@ -740,6 +740,11 @@ async fn a_fatal_fetch_error_stops_the_run_and_leaves_the_ledger() {
     assert!(e.failed[0].1.is_fatal() && !e.failed[0].1.is_retryable());
     assert_eq!(e.report.skipped.len(), 4);
     assert!(!e.report.stopped, "the caller's stop handle was not used");
+    let text = e.report.to_string();
+    assert!(
+        text.contains("2026-01-05  not started (stopped by a failed day)"),
+        "{text}"
+    );
     let ledger = store.ledger(days).await.unwrap();
     assert_eq!(ledger.len(), 5);
     assert!(
