@@ -30,7 +30,10 @@
 //! The command's exit status says how the day went: 0 success, 75
 //! (`EX_TEMPFAIL`) a transient failure the job retries, anything else a
 //! failed day, whose error (with the end of the command's stderr) goes into
-//! the store's ledger. Lines are parsed as they arrive; a malformed one
+//! the store's ledger — except 126 and 127, the shell's "cannot execute"
+//! and "not found": a command that cannot run fails every day alike, so
+//! the run stops at the first day, touches no day's ledger entry, and
+//! exits 1 like any other configuration error. Lines are parsed as they arrive; a malformed one
 //! fails its day at once with its line number, and nothing of that day is
 //! written. A day that takes longer than `--day-timeout` is killed with its
 //! whole process group.

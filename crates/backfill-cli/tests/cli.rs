@@ -683,3 +683,56 @@ async fn replace_deletes_what_a_listing_lacks_and_purge_removes_tombstones() {
     assert_eq!(json(&output)["purged"], 2);
     assert_eq!(store.rows_with_tombstones().await.unwrap().len(), 3);
 }
+
+// Faults of the fetch, the store and the process itself (issue 17 §1,
+// items 3–8).
+
+/// A fetch command that cannot run — not found (status 127), not
+/// executable (126) — is a configuration error, not a failure of the day:
+/// the run stops at the first day, exits 1 naming the command, and leaves
+/// the ledger of every day as it was.
+#[test]
+fn a_fetch_command_that_cannot_run_stops_the_run_and_leaves_the_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = format!("{} {{day}} --records 2", sample());
+    let output = run(range(&mut backfill(dir.path()), 1, 6).args(["--fetch-cmd", &good]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    // A script without its executable bit.
+    std::fs::write(dir.path().join("fetch.sh"), "#!/bin/sh\necho '{}'\n").unwrap();
+    for (fetch, status) in [
+        ("definitely-not-a-command-xyz {day}", "127"),
+        ("./fetch.sh {day}", "126"),
+    ] {
+        let output = run(range(&mut backfill(dir.path()), 1, 6).args([
+            "--fetch-cmd",
+            fetch,
+            "--concurrency",
+            "2",
+        ]));
+        assert_eq!(code(&output), 1, "{fetch}: {}", show(&output));
+        let stderr = text(&output.stderr);
+        assert!(
+            stderr.contains("error: the fetch command cannot run")
+                && stderr.contains(&format!("status {status}"))
+                && stderr.contains(fetch),
+            "{fetch}: {}",
+            show(&output)
+        );
+        // Only the days already in flight were tried.
+        let tried = stderr.matches("FAILED").count();
+        assert!((1..=2).contains(&tried), "{tried} days tried: {stderr}");
+        let output = run(backfill(dir.path()).args([
+            "status",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-06",
+            "--json",
+        ]));
+        assert_eq!(code(&output), 0, "{}", show(&output));
+        for day in json(&output).as_array().unwrap() {
+            assert_eq!(day["state"], "synced", "{fetch}: {day}");
+            assert!(day["entry"]["failure"].is_null(), "{fetch}: {day}");
+        }
+    }
+}

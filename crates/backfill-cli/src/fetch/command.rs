@@ -19,6 +19,12 @@ use crate::jsonl::ChunkReader;
 /// `EX_TEMPFAIL` from `sysexits.h`.
 pub const EXIT_TEMPFAIL: i32 = 75;
 
+/// The shell's status for a command it found but cannot execute.
+pub(super) const EXIT_CANNOT_EXECUTE: i32 = 126;
+
+/// The shell's status for a command it did not find.
+pub(super) const EXIT_NOT_FOUND: i32 = 127;
+
 /// Fetches a day by running a shell command and reading its standard
 /// output in the [JSON Lines format](crate::jsonl).
 ///
@@ -36,7 +42,10 @@ pub const EXIT_TEMPFAIL: i32 = 75;
 /// group still running.
 ///
 /// Exit status 0 is success; [`EXIT_TEMPFAIL`] (75) a transient failure
-/// the job retries; any other status, or death by a signal, a permanent
+/// the job retries; 126 and 127 (the shell cannot execute the command, or
+/// does not find it), like a shell that cannot be started, a
+/// [fatal](FetchError::is_fatal) error that stops the whole run, since no
+/// day can succeed; any other status, or death by a signal, a permanent
 /// failure whose message ends with the last of the command's standard
 /// error. The status is known once the output ended, so a failure is the
 /// stream's last item, after any records: the job writes none of them.
@@ -505,6 +514,32 @@ mod tests {
             "{error}"
         );
         assert!(!error.is_transient());
+        assert!(error.is_fatal());
+        let boxed = error.into_boxed();
+        assert!(boxed.is::<backfill_core::Fatal>(), "{boxed}");
+        let not_executable = CommandFetch::new("/dev/null {day}")
+            .records(day())
+            .await
+            .unwrap_err();
+        assert!(
+            not_executable
+                .to_string()
+                .starts_with("fetch command exited with status 126: "),
+            "{not_executable}"
+        );
+        assert!(not_executable.is_fatal());
+        for code in [1, 2, 75, 125, 128] {
+            let error = FetchError::Exit {
+                code,
+                stderr: String::new(),
+            };
+            assert!(!error.is_fatal(), "{code}");
+        }
+        let busy = FetchError::Spawn {
+            command: "x".into(),
+            error: std::io::Error::from_raw_os_error(nix::errno::Errno::EAGAIN as i32),
+        };
+        assert!(!busy.is_fatal(), "no process slot to spare is passing");
         let spawn = FetchError::Spawn {
             command: "x".into(),
             error: std::io::Error::from(std::io::ErrorKind::NotFound),
@@ -513,5 +548,6 @@ mod tests {
             spawn.to_string(),
             "cannot start the fetch command (sh -c \"x\"): entity not found"
         );
+        assert!(spawn.is_fatal());
     }
 }

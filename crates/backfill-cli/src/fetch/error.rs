@@ -3,10 +3,11 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use backfill_core::{BoxError, Transient};
+use backfill_core::{BoxError, Fatal, Transient};
 use chrono::NaiveDate;
 use nix::sys::signal::Signal;
 
+use super::command::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND};
 use super::EXIT_TEMPFAIL;
 use crate::jsonl::ReadError;
 
@@ -87,16 +88,51 @@ impl FetchError {
         matches!(self, FetchError::Exit { code, .. } if *code == EXIT_TEMPFAIL)
     }
 
+    /// Whether the command cannot run at all, for any day: a configuration
+    /// error, on which the job stops its run and leaves the ledger alone.
+    /// The shell could not be started (for a reason other than a passing
+    /// lack of processes, memory or files), or it said it cannot run the
+    /// command: status 126 (found but not executable) or 127 (not found).
+    pub fn is_fatal(&self) -> bool {
+        match self {
+            FetchError::Exit { code, .. } => {
+                *code == EXIT_CANNOT_EXECUTE || *code == EXIT_NOT_FOUND
+            }
+            FetchError::Spawn { error, .. } => !is_passing(error),
+            _ => false,
+        }
+    }
+
     /// Boxes the error for [`Fetch`](backfill_core::Fetch), wrapped in
     /// [`Transient`] when [`FetchError::is_transient`], so the job's retry
-    /// policy applies.
+    /// policy applies, or in [`Fatal`] when [`FetchError::is_fatal`], so
+    /// the job stops.
     pub fn into_boxed(self) -> BoxError {
-        if self.is_transient() {
+        if self.is_fatal() {
+            Box::new(Fatal::new(self))
+        } else if self.is_transient() {
             Box::new(Transient::new(self))
         } else {
             Box::new(self)
         }
     }
+}
+
+/// Whether a failure to start a process is a passing shortage (no process
+/// slot, memory or file descriptor to spare) rather than a command that
+/// cannot start.
+fn is_passing(error: &std::io::Error) -> bool {
+    use nix::errno::Errno;
+    use std::io::ErrorKind;
+    matches!(
+        error.kind(),
+        ErrorKind::WouldBlock | ErrorKind::OutOfMemory | ErrorKind::Interrupted
+    ) || error.raw_os_error().is_some_and(|code| {
+        matches!(
+            Errno::from_raw(code),
+            Errno::EAGAIN | Errno::ENOMEM | Errno::EMFILE | Errno::ENFILE | Errno::EINTR
+        )
+    })
 }
 
 /// `: <stderr>` when there is any.
