@@ -121,10 +121,10 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => {
             use clap::error::ErrorKind;
+            // Help and the version asked for are success; the help shown
+            // for a missing subcommand (`backfill` alone) is a usage error.
             let code = match error.kind() {
-                ErrorKind::DisplayHelp
-                | ErrorKind::DisplayVersion
-                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => EXIT_OK,
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => EXIT_OK,
                 _ => EXIT_ERROR,
             };
             // clap prints help to stdout and errors to stderr.

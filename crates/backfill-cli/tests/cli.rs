@@ -736,3 +736,13 @@ fn a_fetch_command_that_cannot_run_stops_the_run_and_leaves_the_ledger() {
         }
     }
 }
+
+/// `backfill` alone prints its usage on stderr and exits 1, like every
+/// other usage error.
+#[test]
+fn no_arguments_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(&mut backfill(dir.path()));
+    assert_eq!(code(&output), 1, "{}", show(&output));
+    assert!(text(&output.stderr).contains("Usage"), "{}", show(&output));
+}
