@@ -746,3 +746,29 @@ fn no_arguments_is_a_usage_error() {
     assert_eq!(code(&output), 1, "{}", show(&output));
     assert!(text(&output.stderr).contains("Usage"), "{}", show(&output));
 }
+
+/// A UTF-8 byte-order mark at the start of a file or of a command's output
+/// is skipped, with CRLF line ends, as a file written on Windows has them.
+#[tokio::test]
+async fn a_byte_order_mark_is_skipped_in_files_and_command_output() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("exports")).unwrap();
+    let lines = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{} 2026-01-01 --records 4", sample()))
+        .output()
+        .unwrap();
+    let mut file = b"\xEF\xBB\xBF".to_vec();
+    file.extend(text(&lines.stdout).replace('\n', "\r\n").into_bytes());
+    std::fs::write(dir.path().join("exports/2026-01-01.jsonl"), file).unwrap();
+    let output =
+        run(range(&mut backfill(dir.path()), 1, 1).args(["--fetch-files", "exports/{day}.jsonl"]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+
+    let fetch = format!("printf '\\357\\273\\277'; {} {{day}} --records 5", sample());
+    let output = run(range(&mut backfill(dir.path()), 2, 2).args(["--fetch-cmd", &fetch]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let store = sqlite(dir.path()).await;
+    assert_eq!(store.day_rows(jan(1)).await.unwrap().len(), 4);
+    assert_eq!(store.day_rows(jan(2)).await.unwrap().len(), 5);
+}
