@@ -72,7 +72,7 @@ pub(crate) async fn purge(args: PurgeArgs) -> Result<u8, Failure> {
     let purged = store
         .purge_tombstones(args.before)
         .await
-        .map_err(|e| Failure::Store(format!("cannot purge tombstones: {e}")))?;
+        .map_err(|e| Failure::store(&e, format!("cannot purge tombstones: {e}")))?;
     if args.json {
         println!("{}", serde_json::json!({ "purged": purged }));
     } else {
@@ -148,7 +148,7 @@ async fn execute(
             let cannot_run = cannot_run(&failed, args);
             (failed.report, cannot_run)
         }
-        Err(error) => return Err(Failure::Store(error.to_string())),
+        Err(error) => return Err(Failure::store(&error, error.to_string())),
     };
     output.report(&report);
     if let Some(failure) = cannot_run {

@@ -501,17 +501,18 @@ async fn shards_in_parallel_converge_to_one_process() {
 }
 
 /// A store that cannot be opened is exit 1 with a clear message, never the
-/// password; so is a URL of no known store, and reading a database that
-/// does not exist.
+/// password (exit 3 when it cannot be reached: the Postgres URLs here
+/// name a closed port); so is a URL of no known store, and reading a
+/// database that does not exist.
 #[test]
 fn a_bad_store_is_exit_1_without_the_password() {
     let dir = tempfile::tempdir().unwrap();
     let fetch = format!("{} {{day}}", sample());
-    for url in [
-        "postgres://app:hunter2@127.0.0.1:1/db",
-        "postgres://app@127.0.0.1:1/db?password=hunter2",
-        "mysql://app:hunter2@127.0.0.1/db",
-        "backfill.db",
+    for (url, status) in [
+        ("postgres://app:hunter2@127.0.0.1:1/db", 3),
+        ("postgres://app@127.0.0.1:1/db?password=hunter2", 3),
+        ("mysql://app:hunter2@127.0.0.1/db", 1),
+        ("backfill.db", 1),
     ] {
         let output = run(range(&mut backfill(dir.path()), 1, 2).args([
             "--store",
@@ -519,7 +520,7 @@ fn a_bad_store_is_exit_1_without_the_password() {
             "--fetch-cmd",
             &fetch,
         ]));
-        assert_eq!(code(&output), 1, "{url}: {}", show(&output));
+        assert_eq!(code(&output), status, "{url}: {}", show(&output));
         let all = show(&output);
         assert!(!all.contains("hunter2"), "{all}");
         assert!(text(&output.stderr).starts_with("error: "), "{all}");
@@ -735,6 +736,107 @@ fn a_fetch_command_that_cannot_run_stops_the_run_and_leaves_the_ledger() {
             assert!(day["entry"]["failure"].is_null(), "{fetch}: {day}");
         }
     }
+}
+
+/// A store that cannot be reached — connection refused, a host name that
+/// does not resolve, a server that drops the connection (restarting), a
+/// SQLite database locked at open — exits 3, which a scheduler retries; a
+/// store that is reached but refuses (a wrong password, no such database)
+/// stays exit 1.
+#[tokio::test]
+async fn an_unreachable_store_exits_3_and_a_refusing_one_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let fetch = format!("{} {{day}}", sample());
+    // A server that closes every connection at once.
+    let dropping = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = dropping.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for connection in dropping.incoming() {
+            drop(connection);
+        }
+    });
+    for url in [
+        "postgres://app:hunter2@127.0.0.1:1/db".to_owned(),
+        "postgres://app:hunter2@no-such-host.invalid/db".to_owned(),
+        format!("postgres://app:hunter2@127.0.0.1:{port}/db"),
+    ] {
+        let url = url.as_str();
+        let output = run(range(&mut backfill(dir.path()), 1, 2).args([
+            "--store",
+            url,
+            "--fetch-cmd",
+            &fetch,
+        ]));
+        assert_eq!(code(&output), 3, "{url}: {}", show(&output));
+        assert!(text(&output.stderr).starts_with("error: "), "{url}");
+        assert!(!show(&output).contains("hunter2"), "{}", show(&output));
+        let output = run(backfill(dir.path()).args([
+            "status",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-02",
+            "--store",
+            url,
+        ]));
+        assert_eq!(code(&output), 3, "status {url}: {}", show(&output));
+    }
+
+    if let Some(url) = backfill_testkit::url().await {
+        let schema = backfill_testkit::unique_schema();
+        let base = "postgres://postgres:postgres@";
+        if let Some(rest) = url.strip_prefix(base) {
+            let (server, _) = rest.rsplit_once('/').unwrap();
+            for bad in [
+                format!("postgres://postgres:wrong@{server}/postgres"),
+                format!("{base}{server}/no_such_database"),
+            ] {
+                let output = run(range(&mut backfill(dir.path()), 1, 1).args([
+                    "--store",
+                    &bad,
+                    "--schema",
+                    &schema,
+                    "--fetch-cmd",
+                    &fetch,
+                ]));
+                assert_eq!(code(&output), 1, "{bad}: {}", show(&output));
+            }
+        }
+    }
+
+    // A SQLite database another process holds an exclusive lock on.
+    let db = dir.path().join("locked.db");
+    let mut holder = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3, sys, time\n\
+             c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+             c.execute('CREATE TABLE t (x)')\n\
+             c.execute('BEGIN EXCLUSIVE')\n\
+             print('locked', flush=True)\n\
+             time.sleep(60)\n",
+        )
+        .arg(&db)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "locked");
+    let output = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--store",
+        "sqlite://locked.db",
+        "--fetch-cmd",
+        &fetch,
+    ]));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(code(&output), 3, "{}", show(&output));
+    assert!(text(&output.stderr).contains("locked"), "{}", show(&output));
 }
 
 /// `backfill` alone prints its usage on stderr and exits 1, like every
