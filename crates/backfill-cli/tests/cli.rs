@@ -874,3 +874,53 @@ async fn a_byte_order_mark_is_skipped_in_files_and_command_output() {
     assert_eq!(store.day_rows(jan(1)).await.unwrap().len(), 4);
     assert_eq!(store.day_rows(jan(2)).await.unwrap().len(), 5);
 }
+
+/// Killed outright (SIGKILL, as the OOM killer kills), the command takes
+/// its fetch commands and their children with it: nothing it started is
+/// left running.
+#[test]
+fn fetch_commands_die_with_a_killed_backfill() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let fetch = format!(
+        "sleep 300 & echo $! >> {p}; echo $$ >> {p}; wait",
+        p = pids.display()
+    );
+    let mut child = range(&mut backfill(dir.path()), 1, 2)
+        .args(["--fetch-cmd", &fetch, "--concurrency", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let read = || -> Vec<i32> {
+        std::fs::read_to_string(&pids)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while read().len() < 4 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+    let pids = read();
+    assert_eq!(pids.len(), 4, "{pids:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<i32> = pids.into_iter().filter(|p| alive(*p)).collect();
+    for pid in &left {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(left.is_empty(), "{left:?} outlived the killed command");
+}

@@ -39,7 +39,10 @@ pub(super) const EXIT_NOT_FOUND: i32 = 127;
 /// not outlive it), on a malformed line, and when the fetch or its stream
 /// is dropped unfinished (the job's per-day timeout, a second Ctrl-C).
 /// [`kill_running_commands`](super::kill_running_commands) kills every
-/// group still running.
+/// group still running. Should this process die without doing it (killed
+/// by `SIGKILL` or the OOM killer), a watchdog started with the first
+/// command — a small `sh` in a process group of its own, on every Unix —
+/// kills every group still running as soon as this process is gone.
 ///
 /// Exit status 0 is success; [`EXIT_TEMPFAIL`] (75) a transient failure
 /// the job retries; 126 and 127 (the shell cannot execute the command, or

@@ -33,6 +33,7 @@ mod stream;
 mod template;
 #[cfg(test)]
 mod testing;
+mod watchdog;
 
 pub use command::{CommandFetch, FromCommand, EXIT_TEMPFAIL};
 pub use error::FetchError;
