@@ -36,7 +36,10 @@
 //! exits 1 like any other configuration error. Lines are parsed as they arrive; a malformed one
 //! fails its day at once with its line number, and nothing of that day is
 //! written. A day that takes longer than `--day-timeout` is killed with its
-//! whole process group. If `backfill` itself is killed outright (`SIGKILL`,
+//! whole process group. Once the command exited, a process it started
+//! outside its group (`setsid`, a daemon) that holds its standard output
+//! open fails the day after 5 s without output, naming that process,
+//! rather than at the timeout. If `backfill` itself is killed outright (`SIGKILL`,
 //! the OOM killer), its fetch commands die with it: a small watchdog (`sh`,
 //! in a process group of its own, the same on every Unix) kills every
 //! command's group once `backfill` is gone.

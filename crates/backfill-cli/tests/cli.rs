@@ -924,3 +924,40 @@ fn fetch_commands_die_with_a_killed_backfill() {
     }
     assert!(left.is_empty(), "{left:?} outlived the killed command");
 }
+
+/// A command that exits 0 while a process it started outside its process
+/// group (`setsid`) still holds its stdout fails its day within seconds,
+/// naming that process, rather than waiting for the day's timeout.
+#[test]
+fn a_day_whose_stdout_is_held_by_an_escaped_process_fails_in_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let escaped = dir.path().join("escaped");
+    // The command waits for the process to have left its group.
+    let fetch = format!(
+        "setsid sh -c 'echo $$ > {e}.tmp; mv {e}.tmp {e}; exec sleep 60' & \
+         while [ ! -e {e} ]; do sleep 0.05; done; {} {{day}} --records 3; exit 0",
+        sample(),
+        e = escaped.display()
+    );
+    let started = Instant::now();
+    let output =
+        run(range(&mut backfill(dir.path()), 1, 1).args(["--fetch-cmd", &fetch, "--retries", "0"]));
+    let took = started.elapsed();
+    let pid: i32 = std::fs::read_to_string(&escaped)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    let out = text(&output.stdout);
+    assert!(
+        out.contains("standard output is still held open") && out.contains(&format!("pid {pid}")),
+        "{}",
+        show(&output)
+    );
+}

@@ -48,6 +48,28 @@ pub enum FetchError {
         stderr: String,
     },
 
+    /// The command exited with status 0, but its standard output was still
+    /// open, with nothing more on it, [`STDOUT_GRACE`](super::STDOUT_GRACE)
+    /// later: held by a process that left the command's process group
+    /// (`setsid`, a daemon), which may yet print. The day may be
+    /// incomplete, so none of it is written.
+    #[error(
+        "fetch command exited with status 0, but its standard output is still held open {} \
+         later, by {} outside the command's process group: the day may be incomplete, so \
+         nothing of it is written (a background process should not keep the command's \
+         output: `… > /dev/null &`)",
+        humantime::format_duration(*.after),
+        Holder(*.pid, .name.as_deref())
+    )]
+    StdoutHeld {
+        /// How long the output had been idle since the command exited.
+        after: std::time::Duration,
+        /// The process holding it, when it could be found (on Linux).
+        pid: Option<i32>,
+        /// That process's name.
+        name: Option<String>,
+    },
+
     /// The command printed a malformed line (it was killed at once) or its
     /// output could not be read.
     #[error("fetch command output, {0}")]
@@ -156,6 +178,19 @@ impl fmt::Display for SignalName {
         match Signal::try_from(self.0) {
             Ok(signal) => write!(f, " ({})", signal.as_str()),
             Err(_) => Ok(()),
+        }
+    }
+}
+
+/// `pid 42 (sleep)`, or what is known of it.
+struct Holder<'a>(Option<i32>, Option<&'a str>);
+
+impl fmt::Display for Holder<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.0, self.1) {
+            (Some(pid), Some(name)) => write!(f, "pid {pid} ({name})"),
+            (Some(pid), None) => write!(f, "pid {pid}"),
+            (None, _) => f.write_str("a process (its pid unknown)"),
         }
     }
 }
