@@ -18,9 +18,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "backfill", version, max_term_width = 100)]
 #[command(after_help = "\
-Exit status: 0 every selected day succeeded; 2 some days failed (the others are written); \
-1 usage, configuration or store error; 130 interrupted (Ctrl-C) after the days in flight \
-finished or rolled back.
+Exit codes: 0 every selected day succeeded; 2 some days failed (the others are written); \
+3 the store could not be reached (refused, timed out, not resolved, locked): try again later; \
+1 usage or configuration error, or a store that refuses (running it again will not help); \
+130 interrupted (Ctrl-C) after the days in flight finished or rolled back.
 
 Examples:
   backfill backfill --from 2026-01-01 --to 2026-01-31 --fetch-cmd 'python3 fetch.py {day}'

@@ -30,10 +30,19 @@
 //! The command's exit status says how the day went: 0 success, 75
 //! (`EX_TEMPFAIL`) a transient failure the job retries, anything else a
 //! failed day, whose error (with the end of the command's stderr) goes into
-//! the store's ledger. Lines are parsed as they arrive; a malformed one
+//! the store's ledger — except 126 and 127, the shell's "cannot execute"
+//! and "not found": a command that cannot run fails every day alike, so
+//! the run stops at the first day, touches no day's ledger entry, and
+//! exits 1 like any other configuration error. Lines are parsed as they arrive; a malformed one
 //! fails its day at once with its line number, and nothing of that day is
 //! written. A day that takes longer than `--day-timeout` is killed with its
-//! whole process group.
+//! whole process group. Once the command exited, a process it started
+//! outside its group (`setsid`, a daemon) that holds its standard output
+//! open fails the day after 5 s without output, naming that process,
+//! rather than at the timeout. If `backfill` itself is killed outright (`SIGKILL`,
+//! the OOM killer), its fetch commands die with it: a small watchdog (`sh`,
+//! in a process group of its own, the same on every Unix) kills every
+//! command's group once `backfill` is gone.
 //!
 //! # Exit status
 //!
@@ -41,8 +50,11 @@
 //! |---|---|
 //! | 0 | every selected day succeeded |
 //! | 2 | some days failed; every other day is written |
-//! | 1 | usage, configuration or store error: nothing was run |
+//! | 1 | usage or configuration error (a bad option, a fetch command that cannot run, a store that refuses: wrong password, no such database, a table of another shape, missing rights): nothing was run, and running it again will not help |
+//! | 3 | the store could not be reached (connection refused or timed out, a host name that does not resolve, a server starting up or turning connections away, a SQLite database locked by another process): nothing was run; try again later |
 //! | 130 | interrupted: Ctrl-C stops starting days and lets the days in flight finish (a second Ctrl-C abandons them; each rolls back whole) |
+//!
+//! A scheduler retries 2, 3 and 130, and gives up on 1.
 //!
 //! # As a library
 //!
@@ -74,6 +86,7 @@ mod args;
 pub mod fetch;
 pub mod jsonl;
 mod output;
+mod reach;
 mod run;
 mod status;
 pub mod store;
@@ -86,10 +99,14 @@ use crate::args::{Cli, Command};
 
 /// Every selected day succeeded.
 pub const EXIT_OK: u8 = 0;
-/// Usage, configuration or store error: nothing was run.
+/// Usage or configuration error, a store that refuses: nothing was run,
+/// and running it again will not help.
 pub const EXIT_ERROR: u8 = 1;
 /// Some days failed; the others are written.
 pub const EXIT_DAYS_FAILED: u8 = 2;
+/// The store could not be reached (refused, timed out, not resolved,
+/// turning connections away, locked): nothing was run; try again later.
+pub const EXIT_UNREACHABLE: u8 = 3;
 /// Interrupted by Ctrl-C (SIGINT) or SIGTERM after the days in flight
 /// finished or rolled back.
 pub const EXIT_INTERRUPTED: u8 = 130;
@@ -101,12 +118,35 @@ pub(crate) enum Failure {
     Config(String),
     /// The store could not be opened or read.
     Store(String),
+    /// The store could not be reached: worth trying again later.
+    Unreachable(String),
+}
+
+impl Failure {
+    /// A store error, told apart by whether the store was out of reach.
+    pub(crate) fn store(error: &backfill_core::Error, message: String) -> Self {
+        if reach::out_of_reach(error) {
+            Failure::Unreachable(message)
+        } else {
+            Failure::Store(message)
+        }
+    }
+
+    /// The command's exit status for it.
+    fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Config(_) | Failure::Store(_) => EXIT_ERROR,
+            Failure::Unreachable(_) => EXIT_UNREACHABLE,
+        }
+    }
 }
 
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::Config(message) | Failure::Store(message) => f.write_str(message),
+            Failure::Config(message) | Failure::Store(message) | Failure::Unreachable(message) => {
+                f.write_str(message)
+            }
         }
     }
 }
@@ -118,10 +158,10 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => {
             use clap::error::ErrorKind;
+            // Help and the version asked for are success; the help shown
+            // for a missing subcommand (`backfill` alone) is a usage error.
             let code = match error.kind() {
-                ErrorKind::DisplayHelp
-                | ErrorKind::DisplayVersion
-                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => EXIT_OK,
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => EXIT_OK,
                 _ => EXIT_ERROR,
             };
             // clap prints help to stdout and errors to stderr.
@@ -150,7 +190,7 @@ pub fn main() -> ExitCode {
             Ok(code) => code,
             Err(failure) => {
                 eprintln!("error: {failure}");
-                EXIT_ERROR
+                failure.exit_code()
             }
         }
     });

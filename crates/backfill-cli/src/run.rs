@@ -5,7 +5,8 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use backfill_core::{
-    Error, Fetch, Job, Mode, ReplaceGuard, Retry, RunReport, Select, StopHandle, Store,
+    BackfillError, Error, Fetch, Job, Mode, ReplaceGuard, Retry, RunReport, Select, StopHandle,
+    Store,
 };
 use chrono::NaiveDate;
 
@@ -71,7 +72,7 @@ pub(crate) async fn purge(args: PurgeArgs) -> Result<u8, Failure> {
     let purged = store
         .purge_tombstones(args.before)
         .await
-        .map_err(|e| Failure::Store(format!("cannot purge tombstones: {e}")))?;
+        .map_err(|e| Failure::store(&e, format!("cannot purge tombstones: {e}")))?;
     if args.json {
         println!("{}", serde_json::json!({ "purged": purged }));
     } else {
@@ -141,12 +142,18 @@ async fn execute(
     let outcome = job.backfill(&*store, &*fetch, days).await;
     interrupts.abort();
     output.finish();
-    let report: RunReport = match outcome {
-        Ok(report) => report,
-        Err(Error::Backfill(failed)) => failed.report,
-        Err(error) => return Err(Failure::Store(error.to_string())),
+    let (report, cannot_run): (RunReport, _) = match outcome {
+        Ok(report) => (report, None),
+        Err(Error::Backfill(failed)) => {
+            let cannot_run = cannot_run(&failed, args);
+            (failed.report, cannot_run)
+        }
+        Err(error) => return Err(Failure::store(&error, error.to_string())),
     };
     output.report(&report);
+    if let Some(failure) = cannot_run {
+        return Err(failure);
+    }
     Ok(if report.stopped {
         EXIT_INTERRUPTED
     } else if !report.failed.is_empty() {
@@ -154,6 +161,26 @@ async fn execute(
     } else {
         EXIT_OK
     })
+}
+
+/// When the run stopped because the fetch cannot run at all (the job saw a
+/// [fatal](Error::is_fatal) error, and left the ledger alone): the
+/// configuration error, naming the command.
+fn cannot_run(failed: &BackfillError, args: &RunArgs) -> Option<Failure> {
+    let (_, error) = failed.failed.iter().find(|(_, error)| error.is_fatal())?;
+    let why = match error {
+        Error::Fetch { source, .. } => source.to_string(),
+        other => other.to_string(),
+    };
+    let fetch = match (&args.fetch.fetch_cmd, &args.fetch.fetch_files) {
+        (Some(command), _) => format!("--fetch-cmd {command:?}"),
+        (None, Some(files)) => format!("--fetch-files {files:?}"),
+        (None, None) => "the fetch".to_owned(),
+    };
+    Some(Failure::Config(format!(
+        "the fetch command cannot run, so no day can succeed: {why} ({fetch}); \
+         no other day was started, and the ledger was left as it was"
+    )))
 }
 
 /// On the first Ctrl-C (or SIGTERM, as a Kubernetes pod or an orchestrator

@@ -94,7 +94,7 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
         if let Some(secret) = &secret {
             text = text.replace(secret.as_str(), "***");
         }
-        Failure::Store(format!("{text} (store {shown})"))
+        Failure::store(&error, format!("{text} (store {shown})"))
     };
     match url {
         StoreUrl::Sqlite(path) => {

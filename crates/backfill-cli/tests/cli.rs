@@ -497,17 +497,18 @@ async fn shards_in_parallel_converge_to_one_process() {
 }
 
 /// A store that cannot be opened is exit 1 with a clear message, never the
-/// password; so is a URL of no known store, and reading a database that
-/// does not exist.
+/// password (exit 3 when it cannot be reached: the Postgres URLs here
+/// name a closed port); so is a URL of no known store, and reading a
+/// database that does not exist.
 #[test]
 fn a_bad_store_is_exit_1_without_the_password() {
     let dir = tempfile::tempdir().unwrap();
     let fetch = format!("{} {{day}}", sample());
-    for url in [
-        "postgres://app:hunter2@127.0.0.1:1/db",
-        "postgres://app@127.0.0.1:1/db?password=hunter2",
-        "mysql://app:hunter2@127.0.0.1/db",
-        "backfill.db",
+    for (url, status) in [
+        ("postgres://app:hunter2@127.0.0.1:1/db", 3),
+        ("postgres://app@127.0.0.1:1/db?password=hunter2", 3),
+        ("mysql://app:hunter2@127.0.0.1/db", 1),
+        ("backfill.db", 1),
     ] {
         let output = run(range(&mut backfill(dir.path()), 1, 2).args([
             "--store",
@@ -515,7 +516,7 @@ fn a_bad_store_is_exit_1_without_the_password() {
             "--fetch-cmd",
             &fetch,
         ]));
-        assert_eq!(code(&output), 1, "{url}: {}", show(&output));
+        assert_eq!(code(&output), status, "{url}: {}", show(&output));
         let all = show(&output);
         assert!(!all.contains("hunter2"), "{all}");
         assert!(text(&output.stderr).starts_with("error: "), "{all}");
@@ -678,4 +679,281 @@ async fn replace_deletes_what_a_listing_lacks_and_purge_removes_tombstones() {
     assert_eq!(code(&output), 0, "{}", show(&output));
     assert_eq!(json(&output)["purged"], 2);
     assert_eq!(store.rows_with_tombstones().await.unwrap().len(), 3);
+}
+
+// Faults of the fetch, the store and the process itself (issue 17 §1,
+// items 3–8).
+
+/// A fetch command that cannot run — not found (status 127), not
+/// executable (126) — is a configuration error, not a failure of the day:
+/// the run stops at the first day, exits 1 naming the command, and leaves
+/// the ledger of every day as it was.
+#[test]
+fn a_fetch_command_that_cannot_run_stops_the_run_and_leaves_the_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = format!("{} {{day}} --records 2", sample());
+    let output = run(range(&mut backfill(dir.path()), 1, 6).args(["--fetch-cmd", &good]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    // A script without its executable bit.
+    std::fs::write(dir.path().join("fetch.sh"), "#!/bin/sh\necho '{}'\n").unwrap();
+    for (fetch, status) in [
+        ("definitely-not-a-command-xyz {day}", "127"),
+        ("./fetch.sh {day}", "126"),
+    ] {
+        let output = run(range(&mut backfill(dir.path()), 1, 6).args([
+            "--fetch-cmd",
+            fetch,
+            "--concurrency",
+            "2",
+        ]));
+        assert_eq!(code(&output), 1, "{fetch}: {}", show(&output));
+        let stderr = text(&output.stderr);
+        assert!(
+            stderr.contains("error: the fetch command cannot run")
+                && stderr.contains(&format!("status {status}"))
+                && stderr.contains(fetch),
+            "{fetch}: {}",
+            show(&output)
+        );
+        // Only the days already in flight were tried.
+        let tried = stderr.matches("FAILED").count();
+        assert!((1..=2).contains(&tried), "{tried} days tried: {stderr}");
+        let output = run(backfill(dir.path()).args([
+            "status",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-06",
+            "--json",
+        ]));
+        assert_eq!(code(&output), 0, "{}", show(&output));
+        for day in json(&output).as_array().unwrap() {
+            assert_eq!(day["state"], "synced", "{fetch}: {day}");
+            assert!(day["entry"]["failure"].is_null(), "{fetch}: {day}");
+        }
+    }
+}
+
+/// A store that cannot be reached — connection refused, a host name that
+/// does not resolve, a server that drops the connection (restarting), a
+/// SQLite database locked at open — exits 3, which a scheduler retries; a
+/// store that is reached but refuses (a wrong password, no such database)
+/// stays exit 1.
+#[tokio::test]
+async fn an_unreachable_store_exits_3_and_a_refusing_one_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let fetch = format!("{} {{day}}", sample());
+    // A server that closes every connection at once.
+    let dropping = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = dropping.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for connection in dropping.incoming() {
+            drop(connection);
+        }
+    });
+    for url in [
+        "postgres://app:hunter2@127.0.0.1:1/db".to_owned(),
+        "postgres://app:hunter2@no-such-host.invalid/db".to_owned(),
+        format!("postgres://app:hunter2@127.0.0.1:{port}/db"),
+    ] {
+        let url = url.as_str();
+        let output = run(range(&mut backfill(dir.path()), 1, 2).args([
+            "--store",
+            url,
+            "--fetch-cmd",
+            &fetch,
+        ]));
+        assert_eq!(code(&output), 3, "{url}: {}", show(&output));
+        assert!(text(&output.stderr).starts_with("error: "), "{url}");
+        assert!(!show(&output).contains("hunter2"), "{}", show(&output));
+        let output = run(backfill(dir.path()).args([
+            "status",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-02",
+            "--store",
+            url,
+        ]));
+        assert_eq!(code(&output), 3, "status {url}: {}", show(&output));
+    }
+
+    if let Some(url) = backfill_testkit::url().await {
+        let schema = backfill_testkit::unique_schema();
+        let base = "postgres://postgres:postgres@";
+        if let Some(rest) = url.strip_prefix(base) {
+            let (server, _) = rest.rsplit_once('/').unwrap();
+            for bad in [
+                format!("postgres://postgres:wrong@{server}/postgres"),
+                format!("{base}{server}/no_such_database"),
+            ] {
+                let output = run(range(&mut backfill(dir.path()), 1, 1).args([
+                    "--store",
+                    &bad,
+                    "--schema",
+                    &schema,
+                    "--fetch-cmd",
+                    &fetch,
+                ]));
+                assert_eq!(code(&output), 1, "{bad}: {}", show(&output));
+            }
+        }
+    }
+
+    // A SQLite database another process holds an exclusive lock on.
+    let db = dir.path().join("locked.db");
+    let mut holder = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3, sys, time\n\
+             c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+             c.execute('CREATE TABLE t (x)')\n\
+             c.execute('BEGIN EXCLUSIVE')\n\
+             print('locked', flush=True)\n\
+             time.sleep(60)\n",
+        )
+        .arg(&db)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "locked");
+    let output = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--store",
+        "sqlite://locked.db",
+        "--fetch-cmd",
+        &fetch,
+    ]));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(code(&output), 3, "{}", show(&output));
+    assert!(text(&output.stderr).contains("locked"), "{}", show(&output));
+}
+
+/// `backfill` alone prints its usage on stderr and exits 1, like every
+/// other usage error.
+#[test]
+fn no_arguments_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(&mut backfill(dir.path()));
+    assert_eq!(code(&output), 1, "{}", show(&output));
+    assert!(text(&output.stderr).contains("Usage"), "{}", show(&output));
+}
+
+/// A UTF-8 byte-order mark at the start of a file or of a command's output
+/// is skipped, with CRLF line ends, as a file written on Windows has them.
+#[tokio::test]
+async fn a_byte_order_mark_is_skipped_in_files_and_command_output() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("exports")).unwrap();
+    let lines = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{} 2026-01-01 --records 4", sample()))
+        .output()
+        .unwrap();
+    let mut file = b"\xEF\xBB\xBF".to_vec();
+    file.extend(text(&lines.stdout).replace('\n', "\r\n").into_bytes());
+    std::fs::write(dir.path().join("exports/2026-01-01.jsonl"), file).unwrap();
+    let output =
+        run(range(&mut backfill(dir.path()), 1, 1).args(["--fetch-files", "exports/{day}.jsonl"]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+
+    let fetch = format!("printf '\\357\\273\\277'; {} {{day}} --records 5", sample());
+    let output = run(range(&mut backfill(dir.path()), 2, 2).args(["--fetch-cmd", &fetch]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let store = sqlite(dir.path()).await;
+    assert_eq!(store.day_rows(jan(1)).await.unwrap().len(), 4);
+    assert_eq!(store.day_rows(jan(2)).await.unwrap().len(), 5);
+}
+
+/// Killed outright (SIGKILL, as the OOM killer kills), the command takes
+/// its fetch commands and their children with it: nothing it started is
+/// left running.
+#[test]
+fn fetch_commands_die_with_a_killed_backfill() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let fetch = format!(
+        "sleep 300 & echo $! >> {p}; echo $$ >> {p}; wait",
+        p = pids.display()
+    );
+    let mut child = range(&mut backfill(dir.path()), 1, 2)
+        .args(["--fetch-cmd", &fetch, "--concurrency", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let read = || -> Vec<i32> {
+        std::fs::read_to_string(&pids)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while read().len() < 4 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+    let pids = read();
+    assert_eq!(pids.len(), 4, "{pids:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<i32> = pids.into_iter().filter(|p| alive(*p)).collect();
+    for pid in &left {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(left.is_empty(), "{left:?} outlived the killed command");
+}
+
+/// A command that exits 0 while a process it started outside its process
+/// group (`setsid`) still holds its stdout fails its day within seconds,
+/// naming that process, rather than waiting for the day's timeout.
+#[test]
+fn a_day_whose_stdout_is_held_by_an_escaped_process_fails_in_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let escaped = dir.path().join("escaped");
+    // The command waits for the process to have left its group.
+    let fetch = format!(
+        "setsid sh -c 'echo $$ > {e}.tmp; mv {e}.tmp {e}; exec sleep 60' & \
+         while [ ! -e {e} ]; do sleep 0.05; done; {} {{day}} --records 3; exit 0",
+        sample(),
+        e = escaped.display()
+    );
+    let started = Instant::now();
+    let output =
+        run(range(&mut backfill(dir.path()), 1, 1).args(["--fetch-cmd", &fetch, "--retries", "0"]));
+    let took = started.elapsed();
+    let pid: i32 = std::fs::read_to_string(&escaped)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    let out = text(&output.stdout);
+    assert!(
+        out.contains("standard output is still held open") && out.contains(&format!("pid {pid}")),
+        "{}",
+        show(&output)
+    );
 }

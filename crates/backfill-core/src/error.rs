@@ -86,7 +86,8 @@ pub enum Error {
     },
 
     /// The fetch function failed for a day. Retried only when the fetch
-    /// marked its error [`Transient`].
+    /// marked its error [`Transient`]; a run stops when it marked it
+    /// [`Fatal`].
     #[error("fetching {day} failed: {source}")]
     Fetch {
         /// The day whose fetch failed.
@@ -168,11 +169,24 @@ impl Error {
     /// for fetch errors with a [`Transient`] anywhere in their chain of
     /// causes: returned as it is, wrapped as the `source` of your own error
     /// type, or under an `anyhow` context.
+    /// A [`Fatal`] error is never retryable, even with a `Transient` in its
+    /// chain.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Backend { retryable, .. } => *retryable,
-            Error::Fetch { source, .. } => Transient::is_in(&**source),
+            Error::Fetch { source, .. } => Transient::is_in(&**source) && !Fatal::is_in(&**source),
             Error::Timeout { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the error is no day's own but the fetch's, so that no day can
+    /// succeed: a fetch error with a [`Fatal`] anywhere in its chain of
+    /// causes. A job stops its run on it and leaves the day's ledger entry
+    /// as it was.
+    pub fn is_fatal(&self) -> bool {
+        match self {
+            Error::Fetch { source, .. } => Fatal::is_in(&**source),
             _ => false,
         }
     }
@@ -250,6 +264,74 @@ impl fmt::Display for Transient {
 }
 
 impl std::error::Error for Transient {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+/// Marks a fetch error as fatal to the whole run: the fetch itself cannot
+/// work, for any day (a program that is not installed, a script that is not
+/// executable), so it is a configuration error rather than a failure of
+/// the day.
+///
+/// On a fatal error the job does not retry the day, does not record the
+/// failure in the store's ledger (the day's entry, perhaps a sync of last
+/// week, is left as it was), and starts no other day; the days already in
+/// flight finish. The day is still reported failed, with this error
+/// ([`Error::is_fatal`] says which), and the days never started are in
+/// [`RunReport::skipped`](crate::RunReport::skipped). Like [`Transient`],
+/// it is found anywhere along the fetch error's chain of causes.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use backfill_core::{Error, Fatal, Job, MemoryStore, Record};
+/// use chrono::NaiveDate;
+///
+/// let fetch = |_day: NaiveDate| async { Err::<Vec<Record>, _>(Fatal::new("no such program: fetch-orders")) };
+/// let jan = |d| NaiveDate::from_ymd_opt(2026, 1, d).unwrap();
+/// let Err(Error::Backfill(failed)) = Job::new().backfill(&MemoryStore::new(), &fetch, jan(1)..=jan(5)).await else {
+///     panic!("expected a failed run");
+/// };
+/// assert!(failed.failed[0].1.is_fatal());
+/// assert_eq!(failed.report.skipped.len(), 4);
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Fatal(BoxError);
+
+impl Fatal {
+    /// Wraps `error` as fatal to the run.
+    pub fn new(error: impl Into<BoxError>) -> Self {
+        Self(error.into())
+    }
+
+    /// The wrapped error.
+    pub fn into_inner(self) -> BoxError {
+        self.0
+    }
+
+    /// Whether `error` or any of its causes is a `Fatal`.
+    fn is_in(error: &(dyn std::error::Error + 'static)) -> bool {
+        let mut cause = Some(error);
+        while let Some(error) = cause {
+            if error.is::<Fatal>() {
+                return true;
+            }
+            cause = error.source();
+        }
+        false
+    }
+}
+
+/// Shows the wrapped error as it is: what the run stopped on is said by
+/// whoever reports it.
+impl fmt::Display for Fatal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Fatal {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&*self.0)
     }

@@ -74,7 +74,7 @@ mod write;
 pub mod conformance;
 
 pub use counts::{Counts, Mode};
-pub use error::{BoxError, Error, Field, Problem, Result, Transient};
+pub use error::{BoxError, Error, Fatal, Field, Problem, Result, Transient};
 pub use fetch::{Fetch, Fetched, RecordStream};
 pub use guard::{Refusal, ReplaceGuard};
 pub use job::{

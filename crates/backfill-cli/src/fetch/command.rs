@@ -1,12 +1,18 @@
 //! A day from a shell command's standard output, run in a process group
 //! of its own.
 
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
+use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use backfill_core::Record;
 use chrono::NaiveDate;
-use tokio::io::BufReader;
+use tokio::io::{AsyncRead, BufReader, ReadBuf};
 use tokio::process::{Child, ChildStdout};
 
 use super::group::ProcessGroup;
@@ -18,6 +24,18 @@ use crate::jsonl::ChunkReader;
 /// The exit status that marks a command's failure as transient:
 /// `EX_TEMPFAIL` from `sysexits.h`.
 pub const EXIT_TEMPFAIL: i32 = 75;
+
+/// The shell's status for a command it found but cannot execute.
+pub(super) const EXIT_CANNOT_EXECUTE: i32 = 126;
+
+/// The shell's status for a command it did not find.
+pub(super) const EXIT_NOT_FOUND: i32 = 127;
+
+/// How long, once a command exited, its standard output may stay open with
+/// nothing more on it before the fetch stops waiting: 5 s. Only a process
+/// that left the command's process group (which is killed when the
+/// command exits) can hold it that long; see [`FetchError::StdoutHeld`].
+pub const STDOUT_GRACE: Duration = Duration::from_secs(5);
 
 /// Fetches a day by running a shell command and reading its standard
 /// output in the [JSON Lines format](crate::jsonl).
@@ -33,13 +51,27 @@ pub const EXIT_TEMPFAIL: i32 = 75;
 /// not outlive it), on a malformed line, and when the fetch or its stream
 /// is dropped unfinished (the job's per-day timeout, a second Ctrl-C).
 /// [`kill_running_commands`](super::kill_running_commands) kills every
-/// group still running.
+/// group still running. Should this process die without doing it (killed
+/// by `SIGKILL` or the OOM killer), a watchdog started with the first
+/// command — a small `sh` in a process group of its own, on every Unix —
+/// kills every group still running as soon as this process is gone.
 ///
 /// Exit status 0 is success; [`EXIT_TEMPFAIL`] (75) a transient failure
-/// the job retries; any other status, or death by a signal, a permanent
+/// the job retries; 126 and 127 (the shell cannot execute the command, or
+/// does not find it), like a shell that cannot be started, a
+/// [fatal](FetchError::is_fatal) error that stops the whole run, since no
+/// day can succeed; any other status, or death by a signal, a permanent
 /// failure whose message ends with the last of the command's standard
 /// error. The status is known once the output ended, so a failure is the
 /// stream's last item, after any records: the job writes none of them.
+///
+/// A process the command started outside its process group (`setsid`, a
+/// daemon) survives the group and may keep the command's standard output
+/// open, so that it never ends. Once the command exited, the fetch waits
+/// for more of it only while it keeps coming: after [`STDOUT_GRACE`] with
+/// nothing on it the day fails ([`FetchError::StdoutHeld`], naming the
+/// process when it can be found, on Linux), rather than at the day's
+/// timeout.
 ///
 /// ```no_run
 /// use backfill_cli::fetch::CommandFetch;
@@ -87,10 +119,17 @@ impl Open for FromCommand {
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             unreachable!("stdout and stderr are piped")
         };
+        let activity = Arc::new(Activity::new());
+        let stdout_fd = stdout.as_raw_fd();
         let mut running = Running {
             group,
             stderr: StderrTail::drain(stderr),
-            output: fetch.reader(stdout),
+            output: fetch.reader(Watched {
+                stdout,
+                activity: Arc::clone(&activity),
+            }),
+            activity,
+            stdout_fd,
             child,
             status: None,
         };
@@ -118,9 +157,65 @@ struct Running {
     /// close.
     group: Option<ProcessGroup>,
     stderr: StderrTail,
-    output: ChunkReader<BufReader<ChildStdout>>,
+    output: ChunkReader<BufReader<Watched>>,
+    /// When the output last moved, or the waiting for it began.
+    activity: Arc<Activity>,
+    /// The descriptor of our end of the output's pipe, open as long as
+    /// `output` is: to find who else holds the pipe.
+    stdout_fd: RawFd,
     child: Child,
     status: Option<ExitStatus>,
+}
+
+/// When a command's output last gave bytes (or was last waited for from
+/// scratch), shared by the reader and the one waiting.
+#[derive(Debug)]
+struct Activity {
+    start: Instant,
+    /// Since `start`.
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+}
+
+/// A command's standard output, noting in its [`Activity`] each read that
+/// gives bytes.
+#[derive(Debug)]
+struct Watched {
+    stdout: ChildStdout,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.stdout).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.activity.touch();
+        }
+        polled
+    }
 }
 
 /// How far [`Running::read`] reads.
@@ -140,15 +235,21 @@ impl Running {
         }
     }
 
-    /// Reads output while following the command's exit.
+    /// Reads output while following the command's exit; once it exited,
+    /// for as long as the output keeps coming (see [`STDOUT_GRACE`]).
     async fn read(&mut self, until: Until) -> Result<Option<Vec<Record>>, FetchError> {
         let Self {
             output,
             child,
             status,
             group,
-            ..
+            activity,
+            stderr,
+            stdout_fd,
         } = self;
+        // Idle is counted from here at the earliest: not while the job was
+        // busy with the last chunk and nothing read.
+        activity.touch();
         let read = async move {
             match until {
                 Until::FirstRecord => output.read_head().await.map(|_| None),
@@ -157,16 +258,36 @@ impl Running {
         };
         tokio::pin!(read);
         loop {
+            let idle_until = tokio::time::Instant::from_std(activity.last() + STDOUT_GRACE);
             tokio::select! {
                 read = &mut read => return read.map_err(FetchError::Output),
                 exited = child.wait(), if status.is_none() => {
                     *status = Some(exited.map_err(FetchError::Wait)?);
+                    activity.touch();
                     // The command is done: whatever it left running in its
                     // group goes, and the output ends once the pipe drains
-                    // even if a background child held it open.
+                    // unless a process outside the group holds it open.
                     if let Some(group) = group {
                         group.kill_after_exit();
                     }
+                }
+                () = tokio::time::sleep_until(idle_until), if status.is_some() => {
+                    if activity.last().elapsed() < STDOUT_GRACE {
+                        continue; // it moved meanwhile
+                    }
+                    let Some(status) = *status else { continue };
+                    if !status.success() {
+                        return Err(exit_error(status, stderr.text().await));
+                    }
+                    let (pid, name) = match holder_of(*stdout_fd) {
+                        Some((pid, name)) => (Some(pid), name),
+                        None => (None, None),
+                    };
+                    return Err(FetchError::StdoutHeld {
+                        after: STDOUT_GRACE,
+                        pid,
+                        name,
+                    });
                 }
             }
         }
@@ -189,14 +310,50 @@ impl Running {
         if status.success() {
             return Ok(());
         }
-        let stderr = self.stderr.text().await;
-        Err(match (status.code(), status.signal()) {
-            (Some(code), _) => FetchError::Exit { code, stderr },
-            (None, Some(signal)) => FetchError::Signal { signal, stderr },
-            // Neither an exit code nor a signal does not happen on Unix.
-            (None, None) => FetchError::Exit { code: -1, stderr },
-        })
+        Err(exit_error(status, self.stderr.text().await))
     }
+}
+
+/// The error of a command that exited with a status other than 0.
+fn exit_error(status: ExitStatus, stderr: String) -> FetchError {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => FetchError::Exit { code, stderr },
+        (None, Some(signal)) => FetchError::Signal { signal, stderr },
+        // Neither an exit code nor a signal does not happen on Unix.
+        (None, None) => FetchError::Exit { code: -1, stderr },
+    }
+}
+
+/// Another process holding the pipe whose end this process has open as
+/// `fd`, and its name: found through `/proc`, so on Linux only (elsewhere,
+/// or when that process is not ours to look at, `None`).
+fn holder_of(fd: RawFd) -> Option<(i32, Option<String>)> {
+    use std::os::unix::fs::MetadataExt;
+    let pipe = std::fs::metadata(format!("/proc/self/fd/{fd}")).ok()?;
+    let link = format!("pipe:[{}]", pipe.ino());
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            if pid == me {
+                return None;
+            }
+            let holds = std::fs::read_dir(entry.path().join("fd"))
+                .ok()?
+                .flatten()
+                .any(|fd| {
+                    std::fs::read_link(fd.path()).is_ok_and(|to| to.as_os_str() == link.as_str())
+                });
+            if !holds {
+                return None;
+            }
+            let name = std::fs::read_to_string(entry.path().join("comm"))
+                .ok()
+                .map(|name| name.trim().to_owned());
+            Some((i32::try_from(pid).ok()?, name))
+        })
 }
 
 #[cfg(test)]
@@ -492,6 +649,88 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn stdout_held_open_after_the_exit_fails_the_day_naming_the_holder() {
+        let _shared = COMMANDS.read().await;
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("escaped");
+        // The escaped process holds stdout and prints nothing more. (The
+        // command waits for it to have left the group: exiting first, its
+        // group would be killed with the process still in it.)
+        let escape = |pidfile: &std::path::Path| {
+            format!(
+                "setsid sh -c 'echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 60' & \
+                 while [ ! -e {p} ]; do sleep 0.05; done",
+                p = pidfile.display()
+            )
+        };
+        let script = format!(
+            "{}; {}; exit 0",
+            escape(&pidfile),
+            print(&line("k", "{day}"))
+        );
+        let started = Instant::now();
+        let error = CommandFetch::new(script).records(day()).await.unwrap_err();
+        let took = started.elapsed();
+        let escaped = read_pid(&pidfile).await;
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(escaped),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        assert!(
+            took >= STDOUT_GRACE && took < STDOUT_GRACE + Duration::from_secs(5),
+            "{took:?}"
+        );
+        assert!(
+            matches!(error, FetchError::StdoutHeld { pid: Some(pid), .. } if pid == escaped),
+            "{error}"
+        );
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "fetch command exited with status 0, but its standard output is still held \
+                 open 5s later, by pid {escaped} (sleep) outside the command's process group: \
+                 the day may be incomplete, so nothing of it is written (a background process \
+                 should not keep the command's output: `… > /dev/null &`)"
+            )
+        );
+        assert!(!error.is_transient() && !error.is_fatal());
+
+        // A failed status is the error, held output or not.
+        std::fs::remove_file(&pidfile).unwrap();
+        let script = format!("{}; echo 'no luck' >&2; exit 3", escape(&pidfile));
+        let error = CommandFetch::new(script).records(day()).await.unwrap_err();
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(read_pid(&pidfile).await),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        assert_eq!(
+            error.to_string(),
+            "fetch command exited with status 3: no luck"
+        );
+
+        // An escaped process that goes on printing is read to its end.
+        let (slow, started) = (dir.path().join("slow.sh"), dir.path().join("started"));
+        std::fs::write(
+            &slow,
+            format!(
+                "touch '{}'; sleep 1; {}; sleep 2; {}\n",
+                started.display(),
+                print(&line("a", "2026-01-03")),
+                print(&line("b", "2026-01-03"))
+            ),
+        )
+        .unwrap();
+        let script = format!(
+            "setsid sh '{}' & while [ ! -e '{}' ]; do sleep 0.05; done; exit 0",
+            slow.display(),
+            started.display()
+        );
+        let fetched = CommandFetch::new(script).records(day()).await.unwrap();
+        let keys: Vec<_> = fetched.records.iter().map(|r| r.key()).collect();
+        assert_eq!(keys, ["a", "b"]);
+    }
+
+    #[tokio::test]
     async fn a_command_that_cannot_start_is_a_permanent_error() {
         let _shared = COMMANDS.read().await;
         let error = CommandFetch::new("definitely-not-a-command-xyz {day}")
@@ -505,6 +744,32 @@ mod tests {
             "{error}"
         );
         assert!(!error.is_transient());
+        assert!(error.is_fatal());
+        let boxed = error.into_boxed();
+        assert!(boxed.is::<backfill_core::Fatal>(), "{boxed}");
+        let not_executable = CommandFetch::new("/dev/null {day}")
+            .records(day())
+            .await
+            .unwrap_err();
+        assert!(
+            not_executable
+                .to_string()
+                .starts_with("fetch command exited with status 126: "),
+            "{not_executable}"
+        );
+        assert!(not_executable.is_fatal());
+        for code in [1, 2, 75, 125, 128] {
+            let error = FetchError::Exit {
+                code,
+                stderr: String::new(),
+            };
+            assert!(!error.is_fatal(), "{code}");
+        }
+        let busy = FetchError::Spawn {
+            command: "x".into(),
+            error: std::io::Error::from_raw_os_error(nix::errno::Errno::EAGAIN as i32),
+        };
+        assert!(!busy.is_fatal(), "no process slot to spare is passing");
         let spawn = FetchError::Spawn {
             command: "x".into(),
             error: std::io::Error::from(std::io::ErrorKind::NotFound),
@@ -513,5 +778,6 @@ mod tests {
             spawn.to_string(),
             "cannot start the fetch command (sh -c \"x\"): entity not found"
         );
+        assert!(spawn.is_fatal());
     }
 }

@@ -7,6 +7,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
+use super::watchdog;
+
 /// The process groups of commands still running, by group id (the
 /// command's pid).
 ///
@@ -46,10 +48,14 @@ pub(super) struct ProcessGroup {
 }
 
 impl ProcessGroup {
+    /// Registers the group of the command `pid` (its leader), and has the
+    /// [watchdog](super::watchdog) kill it should this process die first.
     pub(super) fn register(pid: u32) -> Self {
         // A pid always fits in an i32 (`pid_t`).
         let pgid = i32::try_from(pid).unwrap_or(i32::MAX);
-        live_groups().insert(pgid);
+        let mut live = live_groups();
+        live.insert(pgid);
+        watchdog::watch(pgid, &live);
         Self { pgid }
     }
 
@@ -62,6 +68,7 @@ impl ProcessGroup {
             let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
             if forget {
                 live.remove(&self.pgid);
+                watchdog::unwatch(self.pgid);
             }
         }
     }

@@ -33,8 +33,9 @@ mod stream;
 mod template;
 #[cfg(test)]
 mod testing;
+mod watchdog;
 
-pub use command::{CommandFetch, FromCommand, EXIT_TEMPFAIL};
+pub use command::{CommandFetch, FromCommand, EXIT_TEMPFAIL, STDOUT_GRACE};
 pub use error::FetchError;
 pub use files::{FileFetch, FromFile};
 pub use group::{kill_running_commands, running_commands};

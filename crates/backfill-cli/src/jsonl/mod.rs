@@ -2,8 +2,9 @@
 //! optionally one `as_of` line for a replace listing.
 //!
 //! Each line is one JSON object (UTF-8). Blank lines and lines of only
-//! whitespace are skipped, and a trailing `\r` is tolerated, so a file
-//! written on Windows reads the same.
+//! whitespace are skipped, a trailing `\r` is tolerated, and so is a UTF-8
+//! byte-order mark at the very start of the day, so a file written on
+//! Windows reads the same.
 //!
 //! A **record**:
 //!

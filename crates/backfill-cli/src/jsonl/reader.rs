@@ -249,17 +249,17 @@ impl<R: AsyncBufRead + Unpin> ChunkReader<R> {
                 if self.partial.is_empty() {
                     break;
                 }
-                parsed = parse_line(&self.partial);
+                parsed = parse_numbered(line, &self.partial);
                 self.partial.clear();
             } else if let Some(end) = find_newline(available) {
                 if self.partial.len() + end > self.max_line_bytes {
                     return Err(too_long(line, self.max_line_bytes));
                 }
                 if self.partial.is_empty() {
-                    parsed = parse_line(&available[..end]);
+                    parsed = parse_numbered(line, &available[..end]);
                 } else {
                     self.partial.extend_from_slice(&available[..end]);
-                    parsed = parse_line(&self.partial);
+                    parsed = parse_numbered(line, &self.partial);
                     self.partial.clear();
                 }
                 self.reader.consume(end + 1);
@@ -306,6 +306,21 @@ impl<R: AsyncBufRead + Unpin> ChunkReader<R> {
         }
         Ok(())
     }
+}
+
+/// The UTF-8 byte-order mark, which editors on Windows put at the start of
+/// a file.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Parses line number `line`, whole: the first line without a leading
+/// byte-order mark, so a file saved with one reads the same. (The line is
+/// whole here however the reads split it, mark included.)
+fn parse_numbered(line: u64, bytes: &[u8]) -> Result<Line, LineError> {
+    let bytes = match line {
+        1 => bytes.strip_prefix(BOM).unwrap_or(bytes),
+        _ => bytes,
+    };
+    parse_line(bytes)
 }
 
 /// The first `\n` in `bytes`, eight bytes at a time: a byte-by-byte
@@ -418,6 +433,39 @@ mod tests {
             e.to_string(),
             "line 2: not UTF-8 (invalid byte at offset 0)"
         );
+    }
+
+    #[tokio::test]
+    async fn a_byte_order_mark_starting_the_day_is_skipped() {
+        let text = format!(
+            "\u{FEFF}{}\r\n{}\r\n",
+            with_value(r#""a""#),
+            with_value("2").replace("\"k\"", "\"k2\"")
+        );
+        let day = read(text.as_bytes()).await.unwrap();
+        let keys: Vec<_> = day.records.iter().map(Record::key).collect();
+        assert_eq!(keys, ["k", "k2"]);
+        // Split across reads, the mark itself too.
+        for capacity in [1, 2, 4] {
+            let reader = tokio::io::BufReader::with_capacity(capacity, text.as_bytes());
+            let day = read_records(reader, 1024).await.unwrap();
+            assert_eq!(day.records.len(), 2, "{capacity}");
+        }
+        // Before an as_of line, or alone on its line.
+        let as_of = format!(
+            "\u{FEFF}{}\n{}\n",
+            r#"{"as_of":"2026-01-04T00:00:00Z"}"#,
+            with_value("1")
+        );
+        assert!(read(as_of.as_bytes()).await.unwrap().as_of.is_some());
+        let alone = format!("\u{FEFF}\n{}\n", with_value("1"));
+        assert_eq!(read(alone.as_bytes()).await.unwrap().records.len(), 1);
+        // Only at the very start: anywhere else it is what it is.
+        let later = format!("{}\n\u{FEFF}{}\n", with_value("1"), with_value("2"));
+        let e = read(later.as_bytes()).await.unwrap_err();
+        assert_eq!(e.line(), 2, "{e}");
+        let twice = format!("\u{FEFF}\u{FEFF}{}\n", with_value("1"));
+        assert_eq!(read(twice.as_bytes()).await.unwrap_err().line(), 1);
     }
 
     #[tokio::test]

@@ -85,16 +85,20 @@ impl Job {
                     Err(error) => {
                         tracing::Span::current().record("attempts", attempt);
                         tracing::error!(attempt, %error, "day failed");
-                        // In its own transaction; if that fails too, the
-                        // day's own error is still the one reported.
-                        let failure = DayFailure::new(
-                            self.clock.now(),
-                            Some(run_id.clone()),
-                            attempt,
-                            &error.to_string(),
-                        );
-                        if let Err(ledger) = store.record_failure(day, &failure).await {
-                            tracing::warn!(%ledger, "could not record the failure in the ledger");
+                        // A fatal error is the fetch's, not the day's: the
+                        // ledger keeps what it knew of the day.
+                        if !error.is_fatal() {
+                            // In its own transaction; if that fails too, the
+                            // day's own error is still the one reported.
+                            let failure = DayFailure::new(
+                                self.clock.now(),
+                                Some(run_id.clone()),
+                                attempt,
+                                &error.to_string(),
+                            );
+                            if let Err(ledger) = store.record_failure(day, &failure).await {
+                                tracing::warn!(%ledger, "could not record the failure in the ledger");
+                            }
                         }
                         self.emit(Event::DayFailed {
                             day,

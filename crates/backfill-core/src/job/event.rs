@@ -48,7 +48,8 @@ pub enum Event<'a> {
         /// What it did.
         report: &'a DayReport,
     },
-    /// A day failed for good.
+    /// A day failed for good. Its failure is in the store's ledger, unless
+    /// the error [`is_fatal`](Error::is_fatal).
     DayFailed {
         /// The day.
         day: NaiveDate,

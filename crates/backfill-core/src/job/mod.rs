@@ -394,7 +394,8 @@ impl Job {
     /// order. It has no write logic of its own.
     ///
     /// Every day is attempted even when another fails (unless
-    /// [`Job::fail_fast`]). Dropping the returned future starts no new day;
+    /// [`Job::fail_fast`], or the error is [`Fatal`](crate::Fatal): then no
+    /// other day starts). Dropping the returned future starts no new day;
     /// a day in flight then commits whole or rolls back whole.
     ///
     /// # Errors
@@ -535,7 +536,7 @@ impl Job {
                 match self.run_day(store, fetch, day, run_id).await {
                     Ok(day_report) => Outcome::Done(day_report),
                     Err((error, attempts)) => {
-                        if self.fail_fast {
+                        if self.fail_fast || error.is_fatal() {
                             stop.store(true, Ordering::SeqCst);
                         }
                         Outcome::Failed(day, attempts, error)

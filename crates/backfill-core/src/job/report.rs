@@ -120,8 +120,9 @@ pub struct RunReport {
     pub days: Vec<DayReport>,
     /// The days that failed, in day order.
     pub failed: Vec<FailedDay>,
-    /// Days never started, because of [`Job::fail_fast`](super::Job::fail_fast)
-    /// or because the run was stopped.
+    /// Days never started, because of [`Job::fail_fast`](super::Job::fail_fast),
+    /// a [`Fatal`](crate::Fatal) fetch error, or because the run was
+    /// stopped.
     pub skipped: Vec<NaiveDate>,
     /// Whether the run's [`StopHandle`](super::StopHandle) was stopped
     /// (days in flight then finished; days not started are `skipped`).
@@ -228,7 +229,13 @@ impl fmt::Display for RunReport {
             writeln!(f, "{failure}")?;
         }
         for day in &self.skipped {
-            let why = if self.stopped { "stopped" } else { "fail-fast" };
+            // Not stopped by the caller: by a failed day, under fail-fast
+            // or for a fatal error.
+            let why = if self.stopped {
+                "stopped"
+            } else {
+                "stopped by a failed day"
+            };
             writeln!(f, "{day:<10}  not started ({why})")?;
         }
         let attempts = self.days.iter().map(|d| d.attempts).sum();

@@ -11,7 +11,8 @@ use chrono_tz::Tz;
 
 use super::*;
 use crate::{
-    BoxError, Counts, DayState, Fetched, MemoryStore, Mode, Record, ReplaceGuard, Store, Transient,
+    BoxError, Counts, DayState, Fatal, Fetched, MemoryStore, Mode, Record, ReplaceGuard, Store,
+    Transient,
 };
 
 fn utc(y: i32, m: u32, d: u32, h: u32, min: u32) -> DateTime<Utc> {
@@ -710,4 +711,53 @@ async fn a_stopped_run_finishes_the_days_in_flight_and_starts_no_other() {
         .stop_handle(stop);
     assert!(job.sync_day(&store, &fetch, d(1)).await.is_err());
     assert_eq!(attempts.load(Ordering::SeqCst), 1);
+}
+
+/// A `Fatal` fetch error stops the run at once, is not retried, and leaves
+/// the ledger as it was: the days synced before stay synced.
+#[tokio::test]
+async fn a_fatal_fetch_error_stops_the_run_and_leaves_the_ledger() {
+    let store = MemoryStore::new();
+    let days = date(2026, 1, 1)..=date(2026, 1, 5);
+    Job::new()
+        .backfill(&store, &fetch_ok, days.clone())
+        .await
+        .unwrap();
+    let calls = AtomicU32::new(0);
+    let fatal = |_day: NaiveDate| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        // Transient inside: Fatal wins, the day is not retried.
+        std::future::ready(Err::<Vec<Record>, _>(Fatal::new(Transient::new(
+            "fetch-orders: command not found",
+        ))))
+    };
+    let job = Job::new().retry(Retry::default().backoff(Duration::ZERO, Duration::ZERO));
+    let Err(Error::Backfill(e)) = job.backfill(&store, &fatal, days.clone()).await else {
+        panic!("expected a failed backfill");
+    };
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "one attempt, one day");
+    assert_eq!(e.failed.len(), 1);
+    assert!(e.failed[0].1.is_fatal() && !e.failed[0].1.is_retryable());
+    assert_eq!(e.report.skipped.len(), 4);
+    assert!(!e.report.stopped, "the caller's stop handle was not used");
+    let text = e.report.to_string();
+    assert!(
+        text.contains("2026-01-05  not started (stopped by a failed day)"),
+        "{text}"
+    );
+    let ledger = store.ledger(days).await.unwrap();
+    assert_eq!(ledger.len(), 5);
+    assert!(
+        ledger
+            .iter()
+            .all(|entry| entry.state() == DayState::Synced && entry.failure.is_none()),
+        "{ledger:?}"
+    );
+
+    // A Transient alone is retried, and no day is fatal.
+    let error = Error::Fetch {
+        day: date(2026, 1, 1),
+        source: Box::new(Transient::new("503")),
+    };
+    assert!(error.is_retryable() && !error.is_fatal());
 }
