@@ -10,9 +10,9 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transacti
 use tokio_postgres::{Config, NoTls};
 
 use crate::error::open_error;
+use crate::schema::{self, Found, Shape};
 use crate::sql::{self, Statements};
 use crate::store::PostgresStore;
-use crate::table::{self, Found, Shape};
 use crate::{
     DEFAULT_PAGE_BYTES, DEFAULT_PAGE_ROWS, DEFAULT_SCHEMA, DEFAULT_TABLE, MAX_VALUE_BYTES,
 };
@@ -236,7 +236,7 @@ impl PostgresStoreBuilder {
             .await
             .map_err(open_error)?;
         let (schema, name) = (self.schema.as_str(), self.table.as_str());
-        let mut found = table::inspect(&*tx, schema, name)
+        let mut found = schema::inspect(&*tx, schema, name)
             .await
             .map_err(open_error)?;
         // Tables of another shape, or of a newer release, are refused
@@ -252,14 +252,14 @@ impl PostgresStoreBuilder {
             tx.execute(sql::CREATE_LOCK, &[&format!("backfill:{schema}")])
                 .await
                 .map_err(open_error)?;
-            found = table::inspect(&*tx, schema, name)
+            found = schema::inspect(&*tx, schema, name)
                 .await
                 .map_err(open_error)?;
             check(schema, name, &found)?;
             create_or_upgrade(&tx, schema, name, &found).await?;
             // What exists now must be what the store creates, index and
             // version included.
-            found = table::inspect(&*tx, schema, name)
+            found = schema::inspect(&*tx, schema, name)
                 .await
                 .map_err(open_error)?;
             check(schema, name, &found)?;
@@ -315,7 +315,7 @@ fn check(schema: &str, name: &str, found: &Found) -> Result<()> {
         (name, &found.table, found.table_shape()),
     ] {
         if let Some(table) = table {
-            table::verify(schema, relation, table, shape).map_err(open_error)?;
+            schema::verify(schema, relation, table, shape).map_err(open_error)?;
         }
     }
     Ok(())

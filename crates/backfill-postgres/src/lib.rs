@@ -262,14 +262,14 @@
 
 mod builder;
 mod error;
+mod schema;
 mod sql;
 mod store;
-mod table;
 mod write;
 
 pub use builder::PostgresStoreBuilder;
+pub use schema::{Difference, TableMismatch};
 pub use store::PostgresStore;
-pub use table::{Difference, TableMismatch};
 
 pub use deadpool_postgres;
 pub use tokio_postgres;
