@@ -267,8 +267,8 @@ mod sql;
 mod store;
 mod write;
 
+pub use backfill_core::adapter::{Difference, TableMismatch};
 pub use builder::PostgresStoreBuilder;
-pub use schema::{Difference, TableMismatch};
 pub use store::PostgresStore;
 
 pub use deadpool_postgres;
