@@ -262,6 +262,7 @@
 
 mod builder;
 mod error;
+mod migrate;
 mod schema;
 mod sql;
 mod store;
