@@ -177,40 +177,9 @@ impl PostgresStoreBuilder {
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub async fn connect_tls(self, url: &str) -> Result<PostgresStore> {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::CertificateDer;
-        use tokio_postgres::config::SslMode;
-
         self.check_names()?;
-        let mut config: Config = url.parse().map_err(open_error)?;
-        if config.get_ssl_mode() == SslMode::Disable {
-            return Err(open_error(
-                "connect_tls requires TLS, but the connection string says sslmode=disable \
-                 (use connect for a plain-text connection)",
-            ));
-        }
-        config.ssl_mode(SslMode::Require);
-        let mut roots = rustls::RootCertStore::empty();
-        let found = rustls_native_certs::load_native_certs();
-        roots.add_parsable_certificates(found.certs);
-        for pem in &self.root_pems {
-            for cert in CertificateDer::pem_slice_iter(pem) {
-                let cert =
-                    cert.map_err(|e| open_error(format!("unreadable root certificate PEM: {e}")))?;
-                roots.add(cert).map_err(open_error)?;
-            }
-        }
-        if roots.is_empty() {
-            return Err(open_error("no root certificate to verify the server with"));
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(open_error)?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
-        let manager = Manager::from_config(config, connector, manager_config());
+        let config: Config = url.parse().map_err(open_error)?;
+        let manager = crate::tls::manager(config, &self.root_pems, manager_config())?;
         self.pool_from(manager).await
     }
 

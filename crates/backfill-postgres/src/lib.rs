@@ -266,6 +266,8 @@ mod migrate;
 mod schema;
 mod sql;
 mod store;
+#[cfg(feature = "tls")]
+mod tls;
 mod write;
 
 pub use backfill_core::adapter::{Difference, TableMismatch};
