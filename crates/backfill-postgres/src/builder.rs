@@ -12,6 +12,8 @@ use crate::error::open_error;
 use crate::migrate;
 use crate::sql::{self, Statements};
 use crate::store::PostgresStore;
+#[cfg(feature = "tls")]
+use crate::tls::Tls;
 use crate::{
     DEFAULT_PAGE_BYTES, DEFAULT_PAGE_ROWS, DEFAULT_SCHEMA, DEFAULT_TABLE, MAX_VALUE_BYTES,
 };
@@ -26,7 +28,7 @@ pub struct PostgresStoreBuilder {
     pool_size: usize,
     create_if_missing: bool,
     #[cfg(feature = "tls")]
-    root_pems: Vec<Vec<u8>>,
+    tls: Option<Tls>,
 }
 
 impl Default for PostgresStoreBuilder {
@@ -39,7 +41,7 @@ impl Default for PostgresStoreBuilder {
             pool_size: 8,
             create_if_missing: true,
             #[cfg(feature = "tls")]
-            root_pems: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -108,7 +110,8 @@ impl PostgresStoreBuilder {
     }
 
     /// Connects with a connection string (`postgres://user:pass@host/db` or
-    /// `host=… user=…`), without TLS.
+    /// `host=… user=…`): over TLS and only over TLS if
+    /// [`tls`](PostgresStoreBuilder::tls) was set, else in plain text.
     ///
     /// # Errors
     ///
@@ -121,7 +124,10 @@ impl PostgresStoreBuilder {
     /// or an existing table (records or metadata) that is not the one the
     /// store creates (its source is then a
     /// [`TableMismatch`](crate::TableMismatch) naming each column and what
-    /// differs).
+    /// differs). With [`tls`](PostgresStoreBuilder::tls), also
+    /// [`Error::Open`] for `sslmode=disable`, a server that does not speak
+    /// TLS, a certificate the server presents that no trusted root vouches
+    /// for, an unreadable PEM, or no root certificate at all.
     ///
     /// [`Error::InvalidName`]: backfill_core::Error::InvalidName
     /// [`Error::Open`]: backfill_core::Error::Open
@@ -131,56 +137,38 @@ impl PostgresStoreBuilder {
         self.connect_with(config).await
     }
 
-    /// Connects with a parsed `tokio_postgres::Config`, without TLS.
+    /// Connects with a parsed `tokio_postgres::Config`, over TLS if
+    /// [`tls`](PostgresStoreBuilder::tls) was set.
     ///
     /// # Errors
     ///
     /// As [`PostgresStoreBuilder::connect`].
     pub async fn connect_with(self, config: Config) -> Result<PostgresStore> {
         self.check_names()?;
-        let manager = Manager::from_config(config, NoTls, manager_config());
+        let manager = self.manager(config)?;
         self.pool_from(manager).await
     }
 
-    /// Also trusts the CA certificates in `pem` (PEM text, one or more
-    /// certificates) for [`PostgresStoreBuilder::connect_tls`]: the CA
-    /// bundle of a managed Postgres (Amazon RDS, Cloud SQL, Azure) or your
-    /// own CA. May be called more than once.
+    /// The pool's manager: TLS if set, else plain text.
+    fn manager(&self, config: Config) -> Result<Manager> {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            return tls.manager(config, manager_config());
+        }
+        Ok(Manager::from_config(config, NoTls, manager_config()))
+    }
+
+    /// Connects over TLS, and only over TLS, as [`Tls`] says: the one way
+    /// to ask for TLS, for [`connect`](PostgresStoreBuilder::connect) and
+    /// [`connect_with`](PostgresStoreBuilder::connect_with). A pool of
+    /// your own brings its own TLS setup, so
+    /// [`connect_pool`](PostgresStoreBuilder::connect_pool) refuses a
+    /// builder with this set rather than ignore it.
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub fn tls_root_certificates_pem(mut self, pem: impl AsRef<[u8]>) -> Self {
-        self.root_pems.push(pem.as_ref().to_vec());
+    pub fn tls(mut self, tls: Tls) -> Self {
+        self.tls = Some(tls);
         self
-    }
-
-    /// Connects over TLS (rustls), and only over TLS, verifying the
-    /// server's certificate and host name against the system's root
-    /// certificates and any added with
-    /// [`PostgresStoreBuilder::tls_root_certificates_pem`].
-    ///
-    /// The connection string's `sslmode` cannot weaken that: `prefer` (the
-    /// default when it says nothing) is taken as `require`, so a server
-    /// without TLS is refused rather than spoken to in plain text, and
-    /// `disable` contradicts this method and is refused before connecting
-    /// (use [`PostgresStoreBuilder::connect`] for plain text). For client
-    /// certificates or another TLS policy, build your own pool and pass it
-    /// to [`PostgresStoreBuilder::connect_pool`].
-    ///
-    /// # Errors
-    ///
-    /// As [`PostgresStoreBuilder::connect`]; also [`Error::Open`] for
-    /// `sslmode=disable`, a server that does not speak TLS, a certificate
-    /// the server presents that no trusted root vouches for, an unreadable
-    /// PEM, or no root certificate at all.
-    ///
-    /// [`Error::Open`]: backfill_core::Error::Open
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub async fn connect_tls(self, url: &str) -> Result<PostgresStore> {
-        self.check_names()?;
-        let config: Config = url.parse().map_err(open_error)?;
-        let manager = crate::tls::manager(config, &self.root_pems, manager_config())?;
-        self.pool_from(manager).await
     }
 
     async fn pool_from(self, manager: Manager) -> Result<PostgresStore> {
@@ -188,15 +176,30 @@ impl PostgresStoreBuilder {
             .max_size(self.pool_size)
             .build()
             .map_err(open_error)?;
-        self.connect_pool(pool).await
+        self.open_on(pool).await
     }
 
     /// Opens the store on your own pool (any TLS setup, any pool size).
     ///
     /// # Errors
     ///
-    /// As [`PostgresStoreBuilder::connect`].
+    /// As [`PostgresStoreBuilder::connect`]; also [`Error::Open`] if
+    /// [`tls`](PostgresStoreBuilder::tls) was set: the pool's connections
+    /// are made as the pool says, so it would not be obeyed.
+    ///
+    /// [`Error::Open`]: backfill_core::Error::Open
     pub async fn connect_pool(self, pool: Pool) -> Result<PostgresStore> {
+        #[cfg(feature = "tls")]
+        if self.tls.is_some() {
+            return Err(open_error(
+                "tls is for the connections this builder makes; a pool passed to \
+                 connect_pool makes its own (set TLS up on the pool, or use connect)",
+            ));
+        }
+        self.open_on(pool).await
+    }
+
+    async fn open_on(self, pool: Pool) -> Result<PostgresStore> {
         self.check_names()?;
         let (schema, name) = (self.schema.as_str(), self.table.as_str());
         let mut client = pool.get().await.map_err(open_error)?;
@@ -229,5 +232,25 @@ impl PostgresStoreBuilder {
 fn manager_config() -> ManagerConfig {
     ManagerConfig {
         recycling_method: RecyclingMethod::Fast,
+    }
+}
+
+#[cfg(all(test, feature = "tls"))]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn connect_pool_refuses_tls_it_could_not_obey() {
+        // Building a pool connects nothing: the refusal comes first.
+        let manager = Manager::from_config(Config::new(), NoTls, manager_config());
+        let pool = Pool::builder(manager).build().unwrap();
+        match PostgresStoreBuilder::default()
+            .tls(Tls::new())
+            .connect_pool(pool)
+            .await
+        {
+            Err(e @ Error::Open { .. }) => assert!(e.to_string().contains("connect_pool"), "{e}"),
+            other => panic!("expected Open, got {other:?}"),
+        }
     }
 }

@@ -273,6 +273,9 @@ mod write;
 pub use backfill_core::adapter::{Difference, TableMismatch};
 pub use builder::PostgresStoreBuilder;
 pub use store::PostgresStore;
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub use tls::Tls;
 
 pub use deadpool_postgres;
 pub use tokio_postgres;
