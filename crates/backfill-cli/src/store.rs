@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use backfill_core::Store;
-use backfill_postgres::PostgresStore;
+use backfill_postgres::{PostgresStore, Tls};
 use backfill_sqlite::SqliteStore;
 
 use crate::args::StoreArgs;
@@ -128,16 +128,14 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
                 Access::Write { connections } => builder = builder.pool_size(connections.max(2)),
                 Access::Read => builder = builder.create_if_missing(false),
             }
-            if let Some(file) = &args.tls_root_cert {
-                let pem = read_pem(file)?;
-                builder = builder.tls_root_certificates_pem(pem);
+            if StoreUrl::wants_tls(&url) || args.tls_root_cert.is_some() {
+                let mut tls = Tls::new();
+                if let Some(file) = &args.tls_root_cert {
+                    tls = tls.root_certificates_pem(read_pem(file)?);
+                }
+                builder = builder.tls(tls);
             }
-            let store = if StoreUrl::wants_tls(&url) || args.tls_root_cert.is_some() {
-                builder.connect_tls(&url).await
-            } else {
-                builder.connect(&url).await
-            };
-            Ok(Box::new(store.map_err(scrub)?))
+            Ok(Box::new(builder.connect(&url).await.map_err(scrub)?))
         }
     }
 }

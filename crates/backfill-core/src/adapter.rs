@@ -1,8 +1,14 @@
-//! Helpers for store authors: what every adapter needs before it builds SQL.
+//! Helpers for store authors: what every adapter needs before it builds SQL,
+//! and the error it gives for an existing table it cannot use.
 //!
 //! Users of a store never call these; an adapter calls them on the names it
 //! is given, so that no adapter ever formats an unchecked name into SQL and
-//! every adapter accepts exactly the same names.
+//! every adapter accepts exactly the same names. A store re-exports
+//! [`TableMismatch`] and [`Difference`], which its users match on.
+
+mod mismatch;
+
+pub use mismatch::{Difference, TableMismatch};
 
 use crate::counts::Mode;
 use crate::error::{Error, Field, Problem, Result};

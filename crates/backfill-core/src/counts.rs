@@ -18,7 +18,7 @@ pub enum Mode {
     /// The batch is a **listing** of its day, true as of an instant
     /// ([`DayWrite::as_of`](crate::DayWrite::as_of)): the day's live rows it lacks, and that are not
     /// newer than that instant, become tombstones (for upstreams that only
-    /// list what exists). Guarded by [`ReplaceGuard`].
+    /// list what exists). Guarded by [`ReplaceGuard`](crate::ReplaceGuard).
     Replace,
 }
 

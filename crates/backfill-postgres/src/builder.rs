@@ -1,18 +1,19 @@
 //! [`PostgresStoreBuilder`]: names, page sizes, the pool, TLS, and opening
-//! (creating only what is missing, checking what exists).
+//! (the tables themselves are `migrate.rs`'s).
 
-use std::fmt;
 use std::sync::Arc;
 
 use backfill_core::adapter::check_identifier;
 use backfill_core::{Error, Result};
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::{Config, NoTls};
 
 use crate::error::open_error;
+use crate::migrate;
 use crate::sql::{self, Statements};
 use crate::store::PostgresStore;
-use crate::table::{self, Found, Shape};
+#[cfg(feature = "tls")]
+use crate::tls::Tls;
 use crate::{
     DEFAULT_PAGE_BYTES, DEFAULT_PAGE_ROWS, DEFAULT_SCHEMA, DEFAULT_TABLE, MAX_VALUE_BYTES,
 };
@@ -27,7 +28,7 @@ pub struct PostgresStoreBuilder {
     pool_size: usize,
     create_if_missing: bool,
     #[cfg(feature = "tls")]
-    root_pems: Vec<Vec<u8>>,
+    tls: Option<Tls>,
 }
 
 impl Default for PostgresStoreBuilder {
@@ -40,7 +41,7 @@ impl Default for PostgresStoreBuilder {
             pool_size: 8,
             create_if_missing: true,
             #[cfg(feature = "tls")]
-            root_pems: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -109,7 +110,8 @@ impl PostgresStoreBuilder {
     }
 
     /// Connects with a connection string (`postgres://user:pass@host/db` or
-    /// `host=… user=…`), without TLS.
+    /// `host=… user=…`): over TLS and only over TLS if
+    /// [`tls`](PostgresStoreBuilder::tls) was set, else in plain text.
     ///
     /// # Errors
     ///
@@ -122,7 +124,10 @@ impl PostgresStoreBuilder {
     /// or an existing table (records or metadata) that is not the one the
     /// store creates (its source is then a
     /// [`TableMismatch`](crate::TableMismatch) naming each column and what
-    /// differs).
+    /// differs). With [`tls`](PostgresStoreBuilder::tls), also
+    /// [`Error::Open`] for `sslmode=disable`, a server that does not speak
+    /// TLS, a certificate the server presents that no trusted root vouches
+    /// for, an unreadable PEM, or no root certificate at all.
     ///
     /// [`Error::InvalidName`]: backfill_core::Error::InvalidName
     /// [`Error::Open`]: backfill_core::Error::Open
@@ -132,87 +137,38 @@ impl PostgresStoreBuilder {
         self.connect_with(config).await
     }
 
-    /// Connects with a parsed `tokio_postgres::Config`, without TLS.
+    /// Connects with a parsed `tokio_postgres::Config`, over TLS if
+    /// [`tls`](PostgresStoreBuilder::tls) was set.
     ///
     /// # Errors
     ///
     /// As [`PostgresStoreBuilder::connect`].
     pub async fn connect_with(self, config: Config) -> Result<PostgresStore> {
         self.check_names()?;
-        let manager = Manager::from_config(config, NoTls, manager_config());
+        let manager = self.manager(config)?;
         self.pool_from(manager).await
     }
 
-    /// Also trusts the CA certificates in `pem` (PEM text, one or more
-    /// certificates) for [`PostgresStoreBuilder::connect_tls`]: the CA
-    /// bundle of a managed Postgres (Amazon RDS, Cloud SQL, Azure) or your
-    /// own CA. May be called more than once.
+    /// The pool's manager: TLS if set, else plain text.
+    fn manager(&self, config: Config) -> Result<Manager> {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            return tls.manager(config, manager_config());
+        }
+        Ok(Manager::from_config(config, NoTls, manager_config()))
+    }
+
+    /// Connects over TLS, and only over TLS, as [`Tls`] says: the one way
+    /// to ask for TLS, for [`connect`](PostgresStoreBuilder::connect) and
+    /// [`connect_with`](PostgresStoreBuilder::connect_with). A pool of
+    /// your own brings its own TLS setup, so
+    /// [`connect_pool`](PostgresStoreBuilder::connect_pool) refuses a
+    /// builder with this set rather than ignore it.
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub fn tls_root_certificates_pem(mut self, pem: impl AsRef<[u8]>) -> Self {
-        self.root_pems.push(pem.as_ref().to_vec());
+    pub fn tls(mut self, tls: Tls) -> Self {
+        self.tls = Some(tls);
         self
-    }
-
-    /// Connects over TLS (rustls), and only over TLS, verifying the
-    /// server's certificate and host name against the system's root
-    /// certificates and any added with
-    /// [`PostgresStoreBuilder::tls_root_certificates_pem`].
-    ///
-    /// The connection string's `sslmode` cannot weaken that: `prefer` (the
-    /// default when it says nothing) is taken as `require`, so a server
-    /// without TLS is refused rather than spoken to in plain text, and
-    /// `disable` contradicts this method and is refused before connecting
-    /// (use [`PostgresStoreBuilder::connect`] for plain text). For client
-    /// certificates or another TLS policy, build your own pool and pass it
-    /// to [`PostgresStoreBuilder::connect_pool`].
-    ///
-    /// # Errors
-    ///
-    /// As [`PostgresStoreBuilder::connect`]; also [`Error::Open`] for
-    /// `sslmode=disable`, a server that does not speak TLS, a certificate
-    /// the server presents that no trusted root vouches for, an unreadable
-    /// PEM, or no root certificate at all.
-    ///
-    /// [`Error::Open`]: backfill_core::Error::Open
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub async fn connect_tls(self, url: &str) -> Result<PostgresStore> {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::CertificateDer;
-        use tokio_postgres::config::SslMode;
-
-        self.check_names()?;
-        let mut config: Config = url.parse().map_err(open_error)?;
-        if config.get_ssl_mode() == SslMode::Disable {
-            return Err(open_error(
-                "connect_tls requires TLS, but the connection string says sslmode=disable \
-                 (use connect for a plain-text connection)",
-            ));
-        }
-        config.ssl_mode(SslMode::Require);
-        let mut roots = rustls::RootCertStore::empty();
-        let found = rustls_native_certs::load_native_certs();
-        roots.add_parsable_certificates(found.certs);
-        for pem in &self.root_pems {
-            for cert in CertificateDer::pem_slice_iter(pem) {
-                let cert =
-                    cert.map_err(|e| open_error(format!("unreadable root certificate PEM: {e}")))?;
-                roots.add(cert).map_err(open_error)?;
-            }
-        }
-        if roots.is_empty() {
-            return Err(open_error("no root certificate to verify the server with"));
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(open_error)?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
-        let manager = Manager::from_config(config, connector, manager_config());
-        self.pool_from(manager).await
     }
 
     async fn pool_from(self, manager: Manager) -> Result<PostgresStore> {
@@ -220,53 +176,35 @@ impl PostgresStoreBuilder {
             .max_size(self.pool_size)
             .build()
             .map_err(open_error)?;
-        self.connect_pool(pool).await
+        self.open_on(pool).await
     }
 
     /// Opens the store on your own pool (any TLS setup, any pool size).
     ///
     /// # Errors
     ///
-    /// As [`PostgresStoreBuilder::connect`].
+    /// As [`PostgresStoreBuilder::connect`]; also [`Error::Open`] if
+    /// [`tls`](PostgresStoreBuilder::tls) was set: the pool's connections
+    /// are made as the pool says, so it would not be obeyed.
+    ///
+    /// [`Error::Open`]: backfill_core::Error::Open
     pub async fn connect_pool(self, pool: Pool) -> Result<PostgresStore> {
+        #[cfg(feature = "tls")]
+        if self.tls.is_some() {
+            return Err(open_error(
+                "tls is for the connections this builder makes; a pool passed to \
+                 connect_pool makes its own (set TLS up on the pool, or use connect)",
+            ));
+        }
+        self.open_on(pool).await
+    }
+
+    async fn open_on(self, pool: Pool) -> Result<PostgresStore> {
         self.check_names()?;
+        let (schema, name) = (self.schema.as_str(), self.table.as_str());
         let mut client = pool.get().await.map_err(open_error)?;
         let tx = client.transaction().await.map_err(open_error)?;
-        tx.batch_execute(sql::DEPARSE_SETTINGS)
-            .await
-            .map_err(open_error)?;
-        let (schema, name) = (self.schema.as_str(), self.table.as_str());
-        let mut found = table::inspect(&*tx, schema, name)
-            .await
-            .map_err(open_error)?;
-        // Tables of another shape, or of a newer release, are refused
-        // before anything is created or upgraded beside them.
-        check(schema, name, &found)?;
-        if !found.complete() {
-            if !self.create_if_missing {
-                return Err(open_error(missing(schema, name, &found)));
-            }
-            // Concurrent first opens would race to create the same things;
-            // an advisory lock held to the end of the transaction serialises
-            // them, and the catalog is read again under it.
-            tx.execute(sql::CREATE_LOCK, &[&format!("backfill:{schema}")])
-                .await
-                .map_err(open_error)?;
-            found = table::inspect(&*tx, schema, name)
-                .await
-                .map_err(open_error)?;
-            check(schema, name, &found)?;
-            create_or_upgrade(&tx, schema, name, &found).await?;
-            // What exists now must be what the store creates, index and
-            // version included.
-            found = table::inspect(&*tx, schema, name)
-                .await
-                .map_err(open_error)?;
-            check(schema, name, &found)?;
-            if !found.complete() {
-                return Err(open_error(missing(schema, name, &found)));
-            }
-        }
+        migrate::prepare(&tx, schema, name, self.create_if_missing).await?;
         tx.commit().await.map_err(open_error)?;
         drop(client);
         Ok(PostgresStore {
@@ -291,216 +229,28 @@ impl PostgresStoreBuilder {
     }
 }
 
-/// Refuses what may not be opened, created beside or upgraded: a schema
-/// version newer than this release's, and any table of another shape than
-/// the one its version has.
-fn check(schema: &str, name: &str, found: &Found) -> Result<()> {
-    let newer = |version: i32, what: String| {
-        open_error(format!(
-            "{what} is at schema version {version}, newer than this release of \
-             backfill-postgres knows (version {}); use a newer release",
-            sql::SCHEMA_VERSION
-        ))
-    };
-    let t = sql::qualified(schema, name);
-    if let Some(version) = found.version.filter(|v| *v > sql::SCHEMA_VERSION) {
-        return Err(newer(version, format!("table {t}")));
-    }
-    if let Some(newest) = found.newest.filter(|v| *v > sql::SCHEMA_VERSION) {
-        return Err(newer(newest, format!("a table of schema \"{schema}\"")));
-    }
-    for (relation, table, shape) in [
-        (sql::TABLES_TABLE, &found.tables, Shape::Tables),
-        (sql::DAYS_TABLE, &found.days, found.days_shape()),
-        (name, &found.table, found.table_shape()),
-    ] {
-        if let Some(table) = table {
-            table::verify(schema, relation, table, shape).map_err(open_error)?;
-        }
-    }
-    Ok(())
-}
-
-/// Creates what is missing and upgrades what is old, under the creation
-/// lock, in the open's transaction: all of it commits or none.
-async fn create_or_upgrade(
-    tx: &Transaction<'_>,
-    schema: &str,
-    name: &str,
-    found: &Found,
-) -> Result<()> {
-    // An upgrade names what went wrong: typically a role that may not run
-    // DDL on a table it did not create, or a read-only server.
-    let upgrade_error = |e: tokio_postgres::Error| {
-        open_error(Upgrade {
-            table: sql::qualified(schema, name),
-            from: found.table_version().unwrap_or(sql::SCHEMA_VERSION),
-            source: e,
-        })
-    };
-    let upgrading = found
-        .table_version()
-        .is_some_and(|v| v < sql::SCHEMA_VERSION);
-    let ddl = |e| {
-        if upgrading {
-            upgrade_error(e)
-        } else {
-            open_error(e)
-        }
-    };
-    if !found.schema {
-        tx.batch_execute(&sql::create_schema(schema))
-            .await
-            .map_err(ddl)?;
-    }
-    if found.tables.is_none() {
-        tx.batch_execute(&sql::create_tables_table(schema))
-            .await
-            .map_err(ddl)?;
-    }
-    if found.days.is_none() {
-        tx.batch_execute(&sql::create_days_table(schema))
-            .await
-            .map_err(ddl)?;
-    } else if found.days_need_ledger() {
-        // The schema's shared `backfill_days` gets the ledger's columns
-        // once: under the lock, the catalog read again shows whether an
-        // open of another records table already added them.
-        tx.batch_execute(&sql::upgrade_days_2_to_3(schema))
-            .await
-            .map_err(|e| {
-                open_error(Upgrade {
-                    table: sql::qualified(schema, sql::DAYS_TABLE),
-                    from: 2,
-                    source: e,
-                })
-            })?;
-    }
-    match found.table_version() {
-        // A table made by someone else in the current shape: registered.
-        None if found.table.is_some() => {}
-        None => {
-            tx.batch_execute(&sql::create_table(schema, name))
-                .await
-                .map_err(open_error)?;
-            // Watermarks left by a dropped table of the same name would
-            // delete the new table's rows.
-            tx.execute(&sql::forget_days(schema), &[&name])
-                .await
-                .map_err(open_error)?;
-        }
-        Some(version) => {
-            // One step per version, so the next one adds an arm.
-            for step in version..sql::SCHEMA_VERSION {
-                match step {
-                    1 => tx
-                        .batch_execute(&sql::upgrade_1_to_2(schema, name))
-                        .await
-                        .map_err(upgrade_error)?,
-                    // The records table itself is unchanged: its ledger
-                    // lives in the shared `backfill_days`, upgraded above.
-                    2 => {}
-                    _ => unreachable!("no schema version {step}"),
-                }
-            }
-        }
-    }
-    if !found.table.as_ref().is_some_and(|t| t.event_date_index) {
-        tx.batch_execute(&sql::create_index(schema, name))
-            .await
-            .map_err(ddl)?;
-    }
-    if found.version != Some(sql::SCHEMA_VERSION) {
-        tx.execute(&sql::register(schema), &[&name, &sql::SCHEMA_VERSION])
-            .await
-            .map_err(ddl)?;
-    }
-    Ok(())
-}
-
-/// Why upgrading a table failed.
-#[derive(Debug)]
-struct Upgrade {
-    table: String,
-    from: i32,
-    source: tokio_postgres::Error,
-}
-
-impl fmt::Display for Upgrade {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "table {} is at schema version {} and upgrading it in place to version {} failed; \
-             open it once with a role that may run DDL on it (its owner) on a writable server",
-            self.table,
-            self.from,
-            sql::SCHEMA_VERSION
-        )
-    }
-}
-
-impl std::error::Error for Upgrade {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
-
-/// What is missing, and how to get it, for an `Error::Open`.
-fn missing(schema: &str, table: &str, found: &Found) -> String {
-    let t = sql::qualified(schema, table);
-    let why = "and this store may not create it (create_if_missing(false))";
-    if !found.schema {
-        format!("schema \"{schema}\" does not exist, {why}")
-    } else if found.table.is_none() {
-        format!("table {t} does not exist, {why}")
-    } else if let Some(version) = found.table_version().filter(|v| *v < sql::SCHEMA_VERSION) {
-        format!(
-            "table {t} is at schema version {version} and must be upgraded in place to version {}, \
-             which this store may not do (create_if_missing(false)); open it once with a role \
-             that may run DDL on it (its owner) and create_if_missing(true)",
-            sql::SCHEMA_VERSION
-        )
-    } else if found.days_need_ledger() {
-        format!(
-            "table {} lacks the columns of the day ledger (schema version 3), {}; add them \
-             with `{}`",
-            sql::qualified(schema, sql::DAYS_TABLE),
-            "and this store may not add them (create_if_missing(false))",
-            sql::upgrade_days_2_to_3(schema)
-        )
-    } else if found.tables.is_none() || found.days.is_none() {
-        let which = if found.tables.is_none() {
-            sql::TABLES_TABLE
-        } else {
-            sql::DAYS_TABLE
-        };
-        format!(
-            "table {} does not exist, {why}; create it with `{}`",
-            sql::qualified(schema, which),
-            if found.tables.is_none() {
-                sql::create_tables_table(schema)
-            } else {
-                sql::create_days_table(schema)
-            }
-        )
-    } else if found.version.is_none() {
-        format!(
-            "table {t} has no schema version in {}, {why}; record it with \
-             `INSERT INTO {} (records_table, schema_version) VALUES ('{table}', {})`",
-            sql::qualified(schema, sql::TABLES_TABLE),
-            sql::qualified(schema, sql::TABLES_TABLE),
-            sql::SCHEMA_VERSION
-        )
-    } else {
-        format!(
-            "table {t} has no index on (event_date), {why}; create one with `{}`",
-            sql::create_index(schema, table)
-        )
-    }
-}
-
 fn manager_config() -> ManagerConfig {
     ManagerConfig {
         recycling_method: RecyclingMethod::Fast,
+    }
+}
+
+#[cfg(all(test, feature = "tls"))]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn connect_pool_refuses_tls_it_could_not_obey() {
+        // Building a pool connects nothing: the refusal comes first.
+        let manager = Manager::from_config(Config::new(), NoTls, manager_config());
+        let pool = Pool::builder(manager).build().unwrap();
+        match PostgresStoreBuilder::default()
+            .tls(Tls::new())
+            .connect_pool(pool)
+            .await
+        {
+            Err(e @ Error::Open { .. }) => assert!(e.to_string().contains("connect_pool"), "{e}"),
+            other => panic!("expected Open, got {other:?}"),
+        }
     }
 }

@@ -260,16 +260,28 @@
 #![doc(test(attr(deny(warnings))))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// Layout, file for file as in backfill-sqlite: `store.rs` holds
+// `PostgresStore`, `write.rs` the one write (`apply_day`), `builder.rs`
+// the options and connecting, `migrate.rs` creating and upgrading the
+// tables on open, `schema.rs` the check of an existing table against the
+// catalog, `sql.rs` every SQL text, `error.rs` which server errors are
+// worth a retry; and `tls.rs` (feature `tls`) the rustls connector.
 mod builder;
 mod error;
+mod migrate;
+mod schema;
 mod sql;
 mod store;
-mod table;
+#[cfg(feature = "tls")]
+mod tls;
 mod write;
 
+pub use backfill_core::adapter::{Difference, TableMismatch};
 pub use builder::PostgresStoreBuilder;
 pub use store::PostgresStore;
-pub use table::{Difference, TableMismatch};
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub use tls::Tls;
 
 pub use deadpool_postgres;
 pub use tokio_postgres;

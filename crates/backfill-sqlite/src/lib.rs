@@ -223,10 +223,12 @@
 //! the same columns in any order with the same declared types, `NOT NULL`,
 //! `DEFAULT`s, `BINARY` collation, the same primary key, the same
 //! `CHECK`s, and `STRICT`.
-//! Anything else is refused when opening, with an error that names the
-//! column and what differs: a table that merely looks right can store wrong
-//! data (keys `a` and `A` are one row under `COLLATE NOCASE`; a non-STRICT
-//! `INTEGER` column turns `"042"` into 42).
+//! Anything else is refused when opening, with an
+//! [`Open`](backfill_core::Error::Open) error whose source is a
+//! [`TableMismatch`] naming each column and what differs, as the Postgres
+//! store does: a table that merely looks right can store wrong data (keys
+//! `a` and `A` are one row under `COLLATE NOCASE`; a non-STRICT `INTEGER`
+//! column turns `"042"` into 42).
 //!
 //! # Which errors retry
 //!
@@ -253,6 +255,7 @@ mod sql;
 mod store;
 mod write;
 
+pub use backfill_core::adapter::{Difference, TableMismatch};
 pub use builder::{SqliteStoreBuilder, DEFAULT_PAGE_BYTES, DEFAULT_PAGE_ROWS};
 pub use store::SqliteStore;
 

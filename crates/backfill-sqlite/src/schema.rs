@@ -8,8 +8,7 @@
 //! `sqlite_schema`, so they are read from it with a small tokenizer and
 //! compared token by token (case and whitespace aside).
 
-use std::fmt;
-
+use backfill_core::adapter::{Difference, TableMismatch};
 use backfill_core::Result;
 use rusqlite::{Connection, OptionalExtension};
 
@@ -40,28 +39,6 @@ pub(crate) fn has_event_date_index(conn: &Connection, table: &str) -> rusqlite::
     )
 }
 
-/// An existing table that is not the one the store creates: every
-/// difference found, each naming its column.
-#[derive(Debug)]
-pub(crate) struct TableMismatch {
-    table: String,
-    differences: Vec<String>,
-}
-
-impl fmt::Display for TableMismatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "table \"{}\" exists with another definition than the store's, \
-             and writing to it could store wrong data: {}",
-            self.table,
-            self.differences.join("; ")
-        )
-    }
-}
-
-impl std::error::Error for TableMismatch {}
-
 /// Whether the existing table has a column named `name`.
 pub(crate) fn has_column(conn: &Connection, table: &str, name: &str) -> rusqlite::Result<bool> {
     conn.query_row(
@@ -81,20 +58,31 @@ pub(crate) fn has_deleted_column(conn: &Connection, table: &str) -> rusqlite::Re
 ///
 /// # Errors
 ///
-/// [`Error::Open`](backfill_core::Error::Open) naming every difference, or SQLite's error.
+/// [`Error::Open`](backfill_core::Error::Open) whose source is a
+/// [`TableMismatch`] naming every difference, or SQLite's error.
 pub(crate) fn verify(conn: &Connection, def: &TableDef) -> Result<()> {
     let differences = differences(conn, def).map_err(open_error)?;
     if differences.is_empty() {
         Ok(())
     } else {
-        Err(open_error(TableMismatch {
-            table: def.name.clone(),
+        Err(open_error(TableMismatch::new(
+            format!("\"{}\"", def.name),
             differences,
-        }))
+        )))
     }
 }
 
-fn differences(conn: &Connection, def: &TableDef) -> rusqlite::Result<Vec<String>> {
+/// A difference of the table as a whole.
+fn in_table(problem: impl Into<String>) -> Difference {
+    Difference::new(None, problem)
+}
+
+/// A difference in `column`.
+fn in_column(column: &str, problem: impl Into<String>) -> Difference {
+    Difference::new(Some(column), problem)
+}
+
+fn differences(conn: &Connection, def: &TableDef) -> rusqlite::Result<Vec<Difference>> {
     let table = def.name.as_str();
     let mut found = Vec::new();
     let Some((kind, without_rowid, strict)) = conn
@@ -112,18 +100,20 @@ fn differences(conn: &Connection, def: &TableDef) -> rusqlite::Result<Vec<String
         )
         .optional()?
     else {
-        found.push("it does not exist".to_owned());
+        found.push(in_table("it does not exist"));
         return Ok(found);
     };
     if kind != "table" {
-        found.push(format!("it is a {kind}, not a table"));
+        found.push(in_table(format!("it is a {kind}, not a table")));
         return Ok(found);
     }
     if !strict {
-        found.push("the table is not STRICT, so declared types are not enforced".to_owned());
+        found.push(in_table(
+            "the table is not STRICT, so declared types are not enforced",
+        ));
     }
     if without_rowid {
-        found.push("the table is WITHOUT ROWID".to_owned());
+        found.push(in_table("the table is WITHOUT ROWID"));
     }
 
     let expected = &def.columns;
@@ -146,7 +136,7 @@ fn differences(conn: &Connection, def: &TableDef) -> rusqlite::Result<Vec<String
         .collect::<rusqlite::Result<_>>()?;
     for column in expected {
         if !actual.iter().any(|a| a.0.eq_ignore_ascii_case(column.name)) {
-            found.push(format!("column \"{}\" is missing", column.name));
+            found.push(in_column(column.name, "is missing"));
         }
     }
     let primary_key = def
@@ -157,65 +147,72 @@ fn differences(conn: &Connection, def: &TableDef) -> rusqlite::Result<Vec<String
         .join(", ");
     for (name, declared, not_null, pk, hidden, default) in &actual {
         let Some(column) = expected.iter().find(|c| c.name.eq_ignore_ascii_case(name)) else {
-            found.push(format!("column \"{name}\" is not one the store creates"));
+            found.push(in_column(name, "is not one the store creates"));
             continue;
         };
         let name = column.name;
         if *hidden != 0 {
-            found.push(format!("column \"{name}\" is generated or hidden"));
+            found.push(in_column(name, "is generated or hidden"));
         }
         let expected_type = column.sql_type;
         if !declared.eq_ignore_ascii_case(expected_type) {
-            found.push(format!(
-                "column \"{name}\" is declared {}, expected {expected_type}",
-                if declared.is_empty() {
-                    "without a type"
-                } else {
-                    declared
-                }
+            found.push(in_column(
+                name,
+                format!(
+                    "is declared {}, expected {expected_type}",
+                    if declared.is_empty() {
+                        "without a type"
+                    } else {
+                        declared
+                    }
+                ),
             ));
         }
         match (column.not_null, *not_null) {
             (true, false) => {
-                found.push(format!("column \"{name}\" allows NULL, expected NOT NULL"));
+                found.push(in_column(name, "allows NULL, expected NOT NULL"));
             }
-            (false, true) => found.push(format!(
-                "column \"{name}\" is NOT NULL, expected to allow NULL"
-            )),
+            (false, true) => found.push(in_column(name, "is NOT NULL, expected to allow NULL")),
             _ => {}
         }
         if default.as_deref() != column.default {
-            found.push(format!(
-                "column \"{name}\" has {}, expected {}",
-                default
-                    .as_deref()
-                    .map_or_else(|| "no DEFAULT".to_owned(), |d| format!("DEFAULT {d}")),
-                column
-                    .default
-                    .map_or_else(|| "none".to_owned(), |d| format!("DEFAULT {d}")),
+            found.push(in_column(
+                name,
+                format!(
+                    "has {}, expected {}",
+                    default
+                        .as_deref()
+                        .map_or_else(|| "no DEFAULT".to_owned(), |d| format!("DEFAULT {d}")),
+                    column
+                        .default
+                        .map_or_else(|| "none".to_owned(), |d| format!("DEFAULT {d}")),
+                ),
             ));
         }
         match (def.pk_position(name), *pk) {
             (0, 0) => {}
-            (0, _) => found.push(format!(
-                "column \"{name}\" is part of the primary key, expected {primary_key} alone"
+            (0, _) => found.push(in_column(
+                name,
+                format!("is part of the primary key, expected {primary_key} alone"),
             )),
             (_, 0) if def.primary_key.len() == 1 => {
-                found.push(format!("column \"{name}\" is not the primary key"));
+                found.push(in_column(name, "is not the primary key"));
             }
-            (_, 0) => found.push(format!(
-                "column \"{name}\" is not part of the primary key ({primary_key})"
+            (_, 0) => found.push(in_column(
+                name,
+                format!("is not part of the primary key ({primary_key})"),
             )),
-            (want, got) if want != got => found.push(format!(
-                "column \"{name}\" is at position {got} of the primary key, \
-                 expected ({primary_key})"
+            (want, got) if want != got => found.push(in_column(
+                name,
+                format!("is at position {got} of the primary key, expected ({primary_key})"),
             )),
             _ => {}
         }
         let collation = column_collation(conn, table, name)?;
         if !collation.eq_ignore_ascii_case(COLLATION) {
-            found.push(format!(
-                "column \"{name}\" has collation {collation}, expected {COLLATION}"
+            found.push(in_column(
+                name,
+                format!("has collation {collation}, expected {COLLATION}"),
             ));
         }
     }
@@ -233,19 +230,22 @@ fn differences(conn: &Connection, def: &TableDef) -> rusqlite::Result<Vec<String
         })?
         .collect::<rusqlite::Result<_>>()?;
     for (index, origin, column, collation) in &unique {
-        let column = column.as_deref().unwrap_or("an expression");
+        // An index on an expression names no column: the table's.
+        let on = |problem: String| match column {
+            Some(column) => in_column(column, problem),
+            None => in_table(format!("an expression {problem}")),
+        };
         if origin == "pk" {
             if !collation.eq_ignore_ascii_case(COLLATION) {
-                found.push(format!(
-                    "the primary key on \"{column}\" has collation {collation}, \
-                     expected {COLLATION}"
-                ));
+                found.push(on(format!(
+                    "has collation {collation} in the primary key, expected {COLLATION}"
+                )));
             }
         } else {
-            found.push(format!(
-                "unique index \"{index}\" on \"{column}\" is not one the store creates \
+            found.push(on(format!(
+                "has unique index \"{index}\", which the store does not create \
                  (it would refuse valid batches)"
-            ));
+            )));
         }
     }
     let foreign_keys: i64 = conn.query_row(
@@ -254,7 +254,9 @@ fn differences(conn: &Connection, def: &TableDef) -> rusqlite::Result<Vec<String
         |row| row.get(0),
     )?;
     if foreign_keys > 0 {
-        found.push("the table has a FOREIGN KEY the store does not create".to_owned());
+        found.push(in_table(
+            "the table has a FOREIGN KEY the store does not create",
+        ));
     }
 
     let create: String = conn.query_row(
@@ -279,9 +281,9 @@ fn column_collation(conn: &Connection, table: &str, column: &str) -> rusqlite::R
 
 /// Each present column's `CHECK`s in `create` against the store's (a
 /// missing column is reported once, as missing).
-fn check_differences(create: &str, present: &[&str], columns: &[Column]) -> Vec<String> {
+fn check_differences(create: &str, present: &[&str], columns: &[Column]) -> Vec<Difference> {
     let Some(checks) = checks(create) else {
-        return vec!["its CREATE TABLE text could not be read".to_owned()];
+        return vec![in_table("its CREATE TABLE text could not be read")];
     };
     let mut found = Vec::new();
     let present = columns
@@ -298,13 +300,9 @@ fn check_differences(create: &str, present: &[&str], columns: &[Column]) -> Vec<
             .collect();
         let Some(check) = &column.check else {
             if !own.is_empty() {
-                found.push(format!(
-                    "column \"{}\" has {}, expected no CHECK",
+                found.push(in_column(
                     column.name,
-                    own.iter()
-                        .map(|c| format!("CHECK ({})", c.text))
-                        .collect::<Vec<_>>()
-                        .join(" "),
+                    format!("has {}, expected no CHECK", written(&own)),
                 ));
             }
             continue;
@@ -315,29 +313,36 @@ fn check_differences(create: &str, present: &[&str], columns: &[Column]) -> Vec<
             .collect();
         match own.as_slice() {
             [one] if accepted.iter().flatten().any(|a| *a == one.tokens) => {}
-            [] => found.push(format!(
-                "column \"{}\" has no CHECK, expected CHECK ({})",
+            [] => found.push(in_column(
                 column.name,
-                collapse(check)
+                format!("has no CHECK, expected CHECK ({})", collapse(check)),
             )),
-            _ => found.push(format!(
-                "column \"{}\" has {}, expected CHECK ({})",
+            _ => found.push(in_column(
                 column.name,
-                own.iter()
-                    .map(|c| format!("CHECK ({})", c.text))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                collapse(check)
+                format!(
+                    "has {}, expected CHECK ({})",
+                    written(&own),
+                    collapse(check)
+                ),
             )),
         }
     }
     for check in checks.iter().filter(|c| c.column.is_none()) {
-        found.push(format!(
+        found.push(in_table(format!(
             "a table CHECK ({}) is not one the store creates",
             check.text
-        ));
+        )));
     }
     found
+}
+
+/// Checks as the table's text writes them: `CHECK (…) CHECK (…)`.
+fn written(checks: &[&Check]) -> String {
+    checks
+        .iter()
+        .map(|c| format!("CHECK ({})", c.text))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// One `CHECK` of a `CREATE TABLE`.
@@ -573,12 +578,12 @@ mod tests {
             let all: Vec<&str> = def.columns.iter().map(|c| c.name).collect();
             assert_eq!(
                 check_differences(&def.create(), &all, &def.columns),
-                Vec::<String>::new(),
+                Vec::<Difference>::new(),
                 "{}",
                 def.name
             );
             conn.execute_batch(&def.create()).unwrap();
-            assert_eq!(differences(&conn, &def).unwrap(), Vec::<String>::new());
+            assert_eq!(differences(&conn, &def).unwrap(), Vec::<Difference>::new());
             conn.execute_batch(&format!("DROP TABLE \"{}\"", def.name))
                 .unwrap();
         }
@@ -593,18 +598,19 @@ mod tests {
         assert!(
             before
                 .iter()
-                .any(|d| d.contains("\"synced_at\" is missing")),
+                .any(|d| d.column() == Some("synced_at") && d.problem() == "is missing"),
             "{before:?}"
         );
         for alter in sql::add_ledger_columns() {
             conn.execute_batch(&alter).unwrap();
         }
-        assert_eq!(differences(&conn, &v3).unwrap(), Vec::<String>::new());
+        assert_eq!(differences(&conn, &v3).unwrap(), Vec::<Difference>::new());
         let after = differences(&conn, &sql::days_table(2)).unwrap();
         assert!(
             after
                 .iter()
-                .any(|d| d.contains("\"error\" is not one the store creates")),
+                .any(|d| d.column() == Some("error")
+                    && d.problem() == "is not one the store creates"),
             "{after:?}"
         );
     }
@@ -617,7 +623,7 @@ mod tests {
         let v2 = sql::records_table("t", 2);
         assert!(!differences(&conn, &v2).unwrap().is_empty());
         conn.execute_batch(&sql::add_deleted_column("t")).unwrap();
-        assert_eq!(differences(&conn, &v2).unwrap(), Vec::<String>::new());
+        assert_eq!(differences(&conn, &v2).unwrap(), Vec::<Difference>::new());
         assert!(!differences(&conn, &sql::records_table("t", 1))
             .unwrap()
             .is_empty());

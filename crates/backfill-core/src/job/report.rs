@@ -75,7 +75,7 @@ pub struct FailedDay {
     /// Attempts made.
     pub attempts: u32,
     /// The last error, as text (the typed error is in
-    /// [`BackfillError::failed`]).
+    /// [`BackfillError::failed`](crate::BackfillError::failed)).
     pub error: String,
 }
 

@@ -53,6 +53,9 @@ pub struct DayWrite {
 }
 
 /// Where the pages come from.
+// One per day being written, never in a collection: boxing the merge
+// would save no memory worth an allocation.
+#[allow(clippy::large_enum_variant)]
 enum Pages {
     /// The whole day, one page; `None` once handed out.
     Whole {

@@ -858,14 +858,14 @@ async fn metadata_tables_of_another_shape_are_refused() {
             r#"CREATE TABLE {s}.backfill_days (records_table text COLLATE "C" NOT NULL, day date NOT NULL,
                  listing_watermark timestamptz NULL, synced_at timestamptz NULL, error text NULL,
                  PRIMARY KEY (records_table, day))"#,
-            "column digest: missing",
+            r#"column "digest": missing"#,
         ),
         // A ledger count of another type.
         (
             "backfill_days",
             r#"CREATE TABLE {s}.backfill_days (records_table text COLLATE "C" NOT NULL, day date NOT NULL,
                  listing_watermark timestamptz NULL, {ledger}, PRIMARY KEY (records_table, day))"#,
-            "column inserted: type integer, expected bigint",
+            r#"column "inserted": type integer, expected bigint"#,
         ),
     ];
     for (relation, ddl, differs) in cases {

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use backfill_core::conformance::fixtures::{day, kv};
 use backfill_core::{upsert, Error, Store, WriteOptions};
-use backfill_postgres::PostgresStore;
+use backfill_postgres::{PostgresStore, Tls};
 use backfill_testkit as testkit;
 use testkit::testcontainers_modules::postgres::Postgres;
 use testkit::testcontainers_modules::testcontainers::core::IntoContainerPort;
@@ -138,7 +138,7 @@ async fn tls_with_a_private_ca() {
     let url = format!("postgres://postgres:postgres@localhost:{port}/postgres?sslmode=require");
 
     // The system's roots do not vouch for a private CA.
-    match PostgresStore::builder().connect_tls(&url).await {
+    match PostgresStore::builder().tls(Tls::new()).connect(&url).await {
         Err(Error::Open {
             backend: "postgres",
             ..
@@ -147,10 +147,10 @@ async fn tls_with_a_private_ca() {
     }
     // Not every PEM is a certificate.
     match PostgresStore::builder()
-        .tls_root_certificates_pem(
+        .tls(Tls::new().root_certificates_pem(
             "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
-        )
-        .connect_tls(&url)
+        ))
+        .connect(&url)
         .await
     {
         Err(Error::Open {
@@ -161,8 +161,8 @@ async fn tls_with_a_private_ca() {
     }
 
     let store = PostgresStore::builder()
-        .tls_root_certificates_pem(&ca)
-        .connect_tls(&url)
+        .tls(Tls::new().root_certificates_pem(&ca))
+        .connect(&url)
         .await
         .expect("the private CA is trusted now");
     let client = store.pool().get().await.unwrap();
@@ -184,12 +184,12 @@ async fn tls_with_a_private_ca() {
     assert_eq!(store.rows().await.unwrap(), records);
 }
 
-/// `connect_tls` means TLS. The test server speaks none, so every
-/// `sslmode` is refused: `require`; `prefer`, written or left to the
-/// default, which would otherwise fall back to plain text; and `disable`,
-/// which contradicts the method.
+/// `tls` means TLS. The test server speaks none, so every `sslmode` is
+/// refused: `require`; `prefer`, written or left to the default, which
+/// would otherwise fall back to plain text; and `disable`, which
+/// contradicts the setting.
 #[tokio::test]
-async fn connect_tls_never_falls_back_to_plain_text() {
+async fn tls_never_falls_back_to_plain_text() {
     let Some(url) = testkit::url().await else {
         return;
     };
@@ -215,7 +215,8 @@ async fn connect_tls_never_falls_back_to_plain_text() {
         };
         match PostgresStore::builder()
             .schema(testkit::unique_schema())
-            .connect_tls(&url)
+            .tls(Tls::new())
+            .connect(&url)
             .await
         {
             Err(Error::Open {
@@ -223,7 +224,7 @@ async fn connect_tls_never_falls_back_to_plain_text() {
                 ..
             }) => {}
             other => panic!(
-                "connect_tls, sslmode {sslmode:?}, against a plain server: expected Open, got {other:?}"
+                "tls, sslmode {sslmode:?}, against a plain server: expected Open, got {other:?}"
             ),
         }
     }

@@ -9,7 +9,7 @@
 
 use backfill_core::conformance::fixtures::{day, kv};
 use backfill_core::{upsert, Error, Store, WriteOptions};
-use backfill_sqlite::SqliteStore;
+use backfill_sqlite::{SqliteStore, TableMismatch};
 use rusqlite::Connection;
 use tempfile::TempDir;
 
@@ -185,6 +185,40 @@ async fn a_missing_column_is_refused() {
         ))
         .unwrap();
     assert_refused(&path, &["\"updated_at\"", "missing", "\"changed_at\""]).await;
+}
+
+#[tokio::test]
+async fn the_error_is_a_table_mismatch_naming_each_column() {
+    let (_dir, path) = table_with(&[
+        (
+            "key TEXT NOT NULL COLLATE BINARY PRIMARY KEY",
+            "key TEXT NOT NULL COLLATE NOCASE PRIMARY KEY",
+        ),
+        (") STRICT", ", note TEXT) STRICT"),
+    ])
+    .await;
+    match SqliteStore::builder(&path).table(TABLE).open().await {
+        Err(Error::Open { source, .. }) => {
+            let mismatch = source
+                .downcast_ref::<TableMismatch>()
+                .unwrap_or_else(|| panic!("the source is a TableMismatch: {source}"));
+            assert_eq!(mismatch.table(), "\"t\"");
+            let found: Vec<(Option<&str>, &str)> = mismatch
+                .differences()
+                .iter()
+                .map(|d| (d.column(), d.problem()))
+                .collect();
+            assert!(
+                found.contains(&(Some("key"), "has collation NOCASE, expected BINARY")),
+                "{found:?}"
+            );
+            assert!(
+                found.contains(&(Some("note"), "is not one the store creates")),
+                "{found:?}"
+            );
+        }
+        other => panic!("expected an Open error, got {other:?}"),
+    }
 }
 
 #[tokio::test]

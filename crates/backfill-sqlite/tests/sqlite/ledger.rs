@@ -645,7 +645,7 @@ async fn ledger_columns_of_another_shape_are_refused() {
         (
             "error TEXT COLLATE BINARY,",
             "",
-            &["\"error\" is missing"][..],
+            &[r#"column "error": is missing"#][..],
         ),
     ] {
         assert_days_refused(from, to, words).await;

@@ -7,104 +7,18 @@
 //! instants by the session's zone, a nullable or unchecked column lets
 //! through what the record rules forbid. So opening compares the table with
 //! what [`create_table`](crate::sql::create_table) makes, column by column,
-//! and refuses any difference with a [`TableMismatch`]. The same goes for
-//! the schema's shared metadata tables, `backfill_tables` and
-//! `backfill_days`, and for a table of an older schema version about to be
+//! and refuses any difference with a [`TableMismatch`] (core's, which the
+//! SQLite store gives too). The same goes for the schema's shared metadata
+//! tables, `backfill_tables` and `backfill_days`, and for a table of an older schema version about to be
 //! upgraded (a records table of version 1, a `backfill_days` of version 2:
 //! each must be exactly what its version created).
 
-use std::fmt;
-
+use backfill_core::adapter::{Difference, TableMismatch};
 use backfill_core::{MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
 use tokio_postgres::types::Oid;
 use tokio_postgres::GenericClient;
 
 use crate::sql;
-
-/// A table that exists under the store's name but is not the table the
-/// store would have created. The source of the
-/// [`Error::Open`](backfill_core::Error::Open) that refuses it; its message
-/// names each column and what differs.
-///
-/// ```
-/// # fn check(error: &backfill_core::Error) {
-/// use backfill_postgres::TableMismatch;
-///
-/// if let backfill_core::Error::Open { source, .. } = error {
-///     if let Some(mismatch) = source.downcast_ref::<TableMismatch>() {
-///         for difference in mismatch.differences() {
-///             eprintln!("{:?}: {}", difference.column(), difference.problem());
-///         }
-///     }
-/// }
-/// # }
-/// # let _ = check;
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableMismatch {
-    table: String,
-    differences: Vec<Difference>,
-}
-
-impl TableMismatch {
-    /// The table, as `"schema"."table"`.
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
-    /// Each difference found, at least one.
-    pub fn differences(&self) -> &[Difference] {
-        &self.differences
-    }
-}
-
-impl fmt::Display for TableMismatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "table {} exists but is not the table backfill creates: ",
-            self.table
-        )?;
-        for (n, difference) in self.differences.iter().enumerate() {
-            if n > 0 {
-                f.write_str("; ")?;
-            }
-            write!(f, "{difference}")?;
-        }
-        f.write_str(" (drop or rename it, or choose another table name)")
-    }
-}
-
-impl std::error::Error for TableMismatch {}
-
-/// One way a [`TableMismatch`] differs from the expected table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Difference {
-    column: Option<String>,
-    problem: String,
-}
-
-impl Difference {
-    /// The column concerned, when there is one.
-    pub fn column(&self) -> Option<&str> {
-        self.column.as_deref()
-    }
-
-    /// What differs, e.g. `type timestamp without time zone, expected
-    /// timestamp with time zone`.
-    pub fn problem(&self) -> &str {
-        &self.problem
-    }
-}
-
-impl fmt::Display for Difference {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.column {
-            Some(column) => write!(f, "column {column}: {}", self.problem),
-            None => f.write_str(&self.problem),
-        }
-    }
-}
 
 /// Which table is compared, and so with what.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -465,10 +379,7 @@ fn differences(table: &Table, shape: Shape) -> Vec<Difference> {
     let expected = shape.expected();
     let mut found = Vec::new();
     let mut push = |column: Option<&str>, problem: String| {
-        found.push(Difference {
-            column: column.map(str::to_owned),
-            problem,
-        })
+        found.push(Difference::new(column, problem));
     };
     if table.kind != "r" {
         let kind = match table.kind.as_str() {
@@ -576,10 +487,10 @@ pub(crate) fn verify(
     if differences.is_empty() {
         Ok(())
     } else {
-        Err(TableMismatch {
-            table: sql::qualified(schema, name),
+        Err(TableMismatch::new(
+            sql::qualified(schema, name),
             differences,
-        })
+        ))
     }
 }
 
@@ -653,10 +564,16 @@ mod tests {
         problems_as(table, Shape::Records)
     }
 
+    /// Each difference as `column c: problem`, or the problem alone: the
+    /// column and the problem exactly (the message's own form, quoting
+    /// included, is core's `Difference` display).
     fn problems_as(table: &Table, shape: Shape) -> Vec<String> {
         differences(table, shape)
             .iter()
-            .map(ToString::to_string)
+            .map(|d| match d.column() {
+                Some(column) => format!("column {column}: {}", d.problem()),
+                None => d.problem().to_owned(),
+            })
             .collect()
     }
 

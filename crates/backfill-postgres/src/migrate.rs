@@ -1,0 +1,282 @@
+//! Bringing a schema to the store's tables on open, in the open's
+//! transaction: the catalog read ([`schema::inspect`]), every table that
+//! exists checked ([`schema::verify`]), then, if anything is missing or
+//! old, the same again under the schema's creation lock, what is missing
+//! created and what is old upgraded in place ([`create_or_upgrade`]), and
+//! the result checked once more.
+//!
+//! A schema where all is in place, the usual case, is read and nothing
+//! more, so a role without DDL rights (or a read-only replica) can open it.
+//! With `create_if_missing(false)` nothing is created or upgraded: what is
+//! missing is an error saying what, and how to create it ([`missing`]).
+
+use std::fmt;
+
+use backfill_core::Result;
+use deadpool_postgres::Transaction;
+
+use crate::error::open_error;
+use crate::schema::{self, Found, Shape};
+use crate::sql;
+
+/// Checks the store's tables in `schema` and, if `create`, creates what is
+/// missing and upgrades what is old, in `tx` (which the caller commits).
+///
+/// # Errors
+///
+/// [`Error::Open`](backfill_core::Error::Open) for a table of another
+/// shape (its source a [`TableMismatch`](crate::TableMismatch)), a schema
+/// version newer than this release's, something missing or old that may
+/// not (`create` is `false`) or cannot be created or upgraded, or the
+/// server's error.
+pub(crate) async fn prepare(
+    tx: &Transaction<'_>,
+    schema: &str,
+    name: &str,
+    create: bool,
+) -> Result<()> {
+    tx.batch_execute(sql::DEPARSE_SETTINGS)
+        .await
+        .map_err(open_error)?;
+    let mut found = schema::inspect(&**tx, schema, name)
+        .await
+        .map_err(open_error)?;
+    // Tables of another shape, or of a newer release, are refused
+    // before anything is created or upgraded beside them.
+    check(schema, name, &found)?;
+    if found.complete() {
+        return Ok(());
+    }
+    if !create {
+        return Err(open_error(missing(schema, name, &found)));
+    }
+    // Concurrent first opens would race to create the same things;
+    // an advisory lock held to the end of the transaction serialises
+    // them, and the catalog is read again under it.
+    tx.execute(sql::CREATE_LOCK, &[&format!("backfill:{schema}")])
+        .await
+        .map_err(open_error)?;
+    found = schema::inspect(&**tx, schema, name)
+        .await
+        .map_err(open_error)?;
+    check(schema, name, &found)?;
+    create_or_upgrade(tx, schema, name, &found).await?;
+    // What exists now must be what the store creates, index and
+    // version included.
+    found = schema::inspect(&**tx, schema, name)
+        .await
+        .map_err(open_error)?;
+    check(schema, name, &found)?;
+    if !found.complete() {
+        return Err(open_error(missing(schema, name, &found)));
+    }
+    Ok(())
+}
+
+/// Refuses what may not be opened, created beside or upgraded: a schema
+/// version newer than this release's, and any table of another shape than
+/// the one its version has.
+fn check(schema: &str, name: &str, found: &Found) -> Result<()> {
+    let newer = |version: i32, what: String| {
+        open_error(format!(
+            "{what} is at schema version {version}, newer than this release of \
+             backfill-postgres knows (version {}); use a newer release",
+            sql::SCHEMA_VERSION
+        ))
+    };
+    let t = sql::qualified(schema, name);
+    if let Some(version) = found.version.filter(|v| *v > sql::SCHEMA_VERSION) {
+        return Err(newer(version, format!("table {t}")));
+    }
+    if let Some(newest) = found.newest.filter(|v| *v > sql::SCHEMA_VERSION) {
+        return Err(newer(newest, format!("a table of schema \"{schema}\"")));
+    }
+    for (relation, table, shape) in [
+        (sql::TABLES_TABLE, &found.tables, Shape::Tables),
+        (sql::DAYS_TABLE, &found.days, found.days_shape()),
+        (name, &found.table, found.table_shape()),
+    ] {
+        if let Some(table) = table {
+            schema::verify(schema, relation, table, shape).map_err(open_error)?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates what is missing and upgrades what is old, under the creation
+/// lock, in the open's transaction: all of it commits or none.
+async fn create_or_upgrade(
+    tx: &Transaction<'_>,
+    schema: &str,
+    name: &str,
+    found: &Found,
+) -> Result<()> {
+    // An upgrade names what went wrong: typically a role that may not run
+    // DDL on a table it did not create, or a read-only server.
+    let upgrade_error = |e: tokio_postgres::Error| {
+        open_error(Upgrade {
+            table: sql::qualified(schema, name),
+            from: found.table_version().unwrap_or(sql::SCHEMA_VERSION),
+            source: e,
+        })
+    };
+    let upgrading = found
+        .table_version()
+        .is_some_and(|v| v < sql::SCHEMA_VERSION);
+    let ddl = |e| {
+        if upgrading {
+            upgrade_error(e)
+        } else {
+            open_error(e)
+        }
+    };
+    if !found.schema {
+        tx.batch_execute(&sql::create_schema(schema))
+            .await
+            .map_err(ddl)?;
+    }
+    if found.tables.is_none() {
+        tx.batch_execute(&sql::create_tables_table(schema))
+            .await
+            .map_err(ddl)?;
+    }
+    if found.days.is_none() {
+        tx.batch_execute(&sql::create_days_table(schema))
+            .await
+            .map_err(ddl)?;
+    } else if found.days_need_ledger() {
+        // The schema's shared `backfill_days` gets the ledger's columns
+        // once: under the lock, the catalog read again shows whether an
+        // open of another records table already added them.
+        tx.batch_execute(&sql::upgrade_days_2_to_3(schema))
+            .await
+            .map_err(|e| {
+                open_error(Upgrade {
+                    table: sql::qualified(schema, sql::DAYS_TABLE),
+                    from: 2,
+                    source: e,
+                })
+            })?;
+    }
+    match found.table_version() {
+        // A table made by someone else in the current shape: registered.
+        None if found.table.is_some() => {}
+        None => {
+            tx.batch_execute(&sql::create_table(schema, name))
+                .await
+                .map_err(open_error)?;
+            // Watermarks left by a dropped table of the same name would
+            // delete the new table's rows.
+            tx.execute(&sql::forget_days(schema), &[&name])
+                .await
+                .map_err(open_error)?;
+        }
+        Some(version) => {
+            // One step per version, so the next one adds an arm.
+            for step in version..sql::SCHEMA_VERSION {
+                match step {
+                    1 => tx
+                        .batch_execute(&sql::upgrade_1_to_2(schema, name))
+                        .await
+                        .map_err(upgrade_error)?,
+                    // The records table itself is unchanged: its ledger
+                    // lives in the shared `backfill_days`, upgraded above.
+                    2 => {}
+                    _ => unreachable!("no schema version {step}"),
+                }
+            }
+        }
+    }
+    if !found.table.as_ref().is_some_and(|t| t.event_date_index) {
+        tx.batch_execute(&sql::create_index(schema, name))
+            .await
+            .map_err(ddl)?;
+    }
+    if found.version != Some(sql::SCHEMA_VERSION) {
+        tx.execute(&sql::register(schema), &[&name, &sql::SCHEMA_VERSION])
+            .await
+            .map_err(ddl)?;
+    }
+    Ok(())
+}
+
+/// Why upgrading a table failed.
+#[derive(Debug)]
+struct Upgrade {
+    table: String,
+    from: i32,
+    source: tokio_postgres::Error,
+}
+
+impl fmt::Display for Upgrade {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "table {} is at schema version {} and upgrading it in place to version {} failed; \
+             open it once with a role that may run DDL on it (its owner) on a writable server",
+            self.table,
+            self.from,
+            sql::SCHEMA_VERSION
+        )
+    }
+}
+
+impl std::error::Error for Upgrade {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// What is missing, and how to get it, for an `Error::Open`.
+fn missing(schema: &str, table: &str, found: &Found) -> String {
+    let t = sql::qualified(schema, table);
+    let why = "and this store may not create it (create_if_missing(false))";
+    if !found.schema {
+        format!("schema \"{schema}\" does not exist, {why}")
+    } else if found.table.is_none() {
+        format!("table {t} does not exist, {why}")
+    } else if let Some(version) = found.table_version().filter(|v| *v < sql::SCHEMA_VERSION) {
+        format!(
+            "table {t} is at schema version {version} and must be upgraded in place to version {}, \
+             which this store may not do (create_if_missing(false)); open it once with a role \
+             that may run DDL on it (its owner) and create_if_missing(true)",
+            sql::SCHEMA_VERSION
+        )
+    } else if found.days_need_ledger() {
+        format!(
+            "table {} lacks the columns of the day ledger (schema version 3), {}; add them \
+             with `{}`",
+            sql::qualified(schema, sql::DAYS_TABLE),
+            "and this store may not add them (create_if_missing(false))",
+            sql::upgrade_days_2_to_3(schema)
+        )
+    } else if found.tables.is_none() || found.days.is_none() {
+        let which = if found.tables.is_none() {
+            sql::TABLES_TABLE
+        } else {
+            sql::DAYS_TABLE
+        };
+        format!(
+            "table {} does not exist, {why}; create it with `{}`",
+            sql::qualified(schema, which),
+            if found.tables.is_none() {
+                sql::create_tables_table(schema)
+            } else {
+                sql::create_days_table(schema)
+            }
+        )
+    } else if found.version.is_none() {
+        format!(
+            "table {t} has no schema version in {}, {why}; record it with \
+             `INSERT INTO {} (records_table, schema_version) VALUES ('{table}', {})`",
+            sql::qualified(schema, sql::TABLES_TABLE),
+            sql::qualified(schema, sql::TABLES_TABLE),
+            sql::SCHEMA_VERSION
+        )
+    } else {
+        format!(
+            "table {t} has no index on (event_date), {why}; create one with `{}`",
+            sql::create_index(schema, table)
+        )
+    }
+}
