@@ -58,6 +58,7 @@ Examples:
     /// a terminal, one line per day otherwise.
     #[command(after_help = "\
 Examples:
+  backfill status        # the last 30 days, today included
   backfill status --from 2026-01-01 --to 2026-03-31
   backfill status --from 2026-01-01 --to 2026-01-31 --format table
   backfill status --from 2026-01-01 --to 2026-01-31 --json | jq '.[] | select(.state == \"failed\")'")]
@@ -263,18 +264,19 @@ pub(crate) struct BackfillArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
-    /// The first day (YYYY-MM-DD, `today` or `yesterday`).
+    /// The first day (YYYY-MM-DD, `today` or `yesterday`); by default 29
+    /// days before `--to`, for 30 days in all.
     #[arg(long, value_parser = parse_day, value_name = "DAY")]
-    pub(crate) from: DayArg,
-    /// The last day, included.
+    pub(crate) from: Option<DayArg>,
+    /// The last day, included (default: today).
     #[arg(long, value_parser = parse_day, value_name = "DAY")]
-    pub(crate) to: DayArg,
+    pub(crate) to: Option<DayArg>,
     /// The time zone of `today` and `yesterday`.
     #[arg(long, env = "BACKFILL_TZ", default_value = "UTC", value_parser = parse_zone, value_name = "ZONE")]
     pub(crate) tz: chrono_tz::Tz,
-    /// `calendar` (the default on a terminal), `table` (one line per day,
-    /// the default in a pipe) or `json` (the ledger itself, an array of
-    /// days).
+    /// `calendar` (the default on a terminal), `summary` (the default in a
+    /// pipe), `table` (every day on its line, errors in full) or `json`
+    /// (the ledger itself, an array of days).
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub(crate) format: Option<StatusFormat>,
     /// Short for `--format json`.
@@ -305,9 +307,13 @@ pub(crate) enum ModeArg {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum StatusFormat {
-    /// A row per month, a coloured cell per day, totals and failures.
+    /// A row per month, a coloured cell per day, totals and failures,
+    /// fitted to the terminal's width.
     Calendar,
-    /// One line per day.
+    /// One line per day, a run of missing days on one line, then the
+    /// totals.
+    Summary,
+    /// One line for every day, errors in full.
     Table,
     /// The ledger as JSON.
     Json,
