@@ -1225,3 +1225,67 @@ async fn sigint_says_the_days_left_on_one_line_and_how_to_resume() {
     assert_eq!(code(&output), 0, "{}", show(&output));
     assert_eq!(sqlite(dir.path()).await.rows().await.unwrap().len(), 200);
 }
+
+/// On a terminal, nothing redraws the progress bar after the last lines:
+/// neither after the report of a run stopped by Ctrl-C, nor after the
+/// message of a second Ctrl-C. The terminal is `script`'s pseudo-terminal.
+#[test]
+fn the_progress_bar_is_not_redrawn_after_the_last_message() {
+    if Command::new("script").arg("--version").output().is_err() {
+        backfill_testkit::skip("no `script` (util-linux) for a pseudo-terminal");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pid = dir.path().join("pid");
+    for (fetch, interrupts, last) in [
+        // The fetch's parent is the command: its pid is `$PPID`.
+        ("echo $PPID > {pid}; sleep 1", 1, "to resume"),
+        ("echo $PPID > {pid}; sleep 30", 2, "interrupted again"),
+    ] {
+        let _ = std::fs::remove_file(&pid);
+        let typescript = dir.path().join("typescript");
+        let fetch = fetch.replace("{pid}", &pid.display().to_string());
+        let line =
+            format!("{BIN} backfill --from 2026-01-01 --to 2026-01-09 --fetch-cmd '{fetch}'");
+        let mut script = Command::new("script");
+        script
+            .args(["-q", "-f", "-e", "-c", &line])
+            .arg(&typescript)
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = script.spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let command = loop {
+            if let Some(pid) = std::fs::read_to_string(&pid)
+                .ok()
+                .and_then(|p| p.trim().parse::<i32>().ok())
+            {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "the fetch never started");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        for _ in 0..interrupts {
+            std::thread::sleep(Duration::from_millis(500));
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(command),
+                nix::sys::signal::Signal::SIGINT,
+            )
+            .unwrap();
+        }
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(130));
+        let screen = String::from_utf8_lossy(&std::fs::read(&typescript).unwrap()).into_owned();
+        let at = screen
+            .rfind(last)
+            .unwrap_or_else(|| panic!("no {last:?} in {screen:?}"));
+        let after = &screen[at..];
+        assert!(
+            !after.contains("/9 days"),
+            "the bar after {last:?}: {after:?}"
+        );
+        assert!(after.contains("--only missing-or-failed"), "{after:?}");
+    }
+}
