@@ -1239,8 +1239,8 @@ fn the_progress_bar_is_not_redrawn_after_the_last_message() {
     let pid = dir.path().join("pid");
     for (fetch, interrupts, last) in [
         // The fetch's parent is the command: its pid is `$PPID`.
-        ("echo $PPID > {pid}; sleep 1", 1, "to resume"),
         ("echo $PPID > {pid}; sleep 30", 2, "interrupted again"),
+        ("echo $PPID > {pid}; sleep 1", 1, "to resume"),
     ] {
         let _ = std::fs::remove_file(&pid);
         let typescript = dir.path().join("typescript");
