@@ -59,6 +59,7 @@ Examples:
     /// a terminal, one line per day otherwise.
     #[command(after_help = "\
 Examples:
+  backfill status        # the last 30 days, today included
   backfill status --from 2026-01-01 --to 2026-03-31
   backfill status --from 2026-01-01 --to 2026-01-31 --format table
   backfill status --from 2026-01-01 --to 2026-01-31 --json | jq '.[] | select(.state == \"failed\")'")]
@@ -128,17 +129,79 @@ pub(crate) struct RunArgs {
     pub(crate) mode: ModeArg,
     /// In replace mode, let an empty fetch empty a day that has rows
     /// (refused by default: an empty listing is more often an upstream
-    /// fault than a real emptying).
+    /// fault than a real emptying). An allowed empty listing is not held
+    /// to `--max-delete-fraction`.
     #[arg(long)]
     pub(crate) allow_empty_replace: bool,
+    /// In replace mode, refuse a listing that would delete more than this
+    /// fraction of a day's live rows (`0.5`, or a percentage, `50%`): a
+    /// listing of 3 records for a day of 100 is more often a truncated
+    /// export than 97 real deletions. The day fails and nothing of it is
+    /// written; `1` allows any replace.
+    #[arg(
+        long,
+        env = "BACKFILL_MAX_DELETE_FRACTION",
+        default_value = "0.5",
+        value_parser = parse_fraction,
+        value_name = "F"
+    )]
+    pub(crate) max_delete_fraction: f64,
     /// Retries of a day after a transient failure (exit 75, a lost
     /// connection, a timeout), with exponential backoff.
-    #[arg(long, default_value_t = 2, value_name = "N")]
+    #[arg(long, env = "BACKFILL_RETRIES", default_value_t = 2, value_name = "N")]
     pub(crate) retries: u32,
+    /// The delay before the first retry of a day; each further retry waits
+    /// twice as long, up to `--max-retry-delay` (each delay drawn from its
+    /// upper half, so days do not retry in lockstep). A rate-limited
+    /// upstream (HTTP 429) wants more, e.g. `--retries 6 --retry-delay 10s`.
+    #[arg(
+        long,
+        env = "BACKFILL_RETRY_DELAY",
+        default_value = "2s",
+        value_parser = parse_duration,
+        value_name = "DURATION"
+    )]
+    pub(crate) retry_delay: Duration,
+    /// The longest delay between two attempts at a day.
+    #[arg(
+        long,
+        env = "BACKFILL_MAX_RETRY_DELAY",
+        default_value = "5m",
+        value_parser = parse_duration,
+        value_name = "DURATION"
+    )]
+    pub(crate) max_retry_delay: Duration,
     /// Fail an attempt at a day that takes longer (fetch and write), killing
     /// the fetch command and its children; `0` for no limit.
-    #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(
+        long,
+        env = "BACKFILL_DAY_TIMEOUT",
+        default_value = "1h",
+        value_parser = parse_duration,
+        value_name = "DURATION"
+    )]
     pub(crate) day_timeout: Duration,
+    /// Start no new day once a day has failed (the days in flight finish);
+    /// the days not started are listed in the report. By default every day
+    /// is attempted.
+    #[arg(long)]
+    pub(crate) fail_fast: bool,
+    /// Accept records whose `event_date` is another day than the one
+    /// fetched, merged like any other (by default such a record is a fetch
+    /// bug and fails its day).
+    #[arg(long)]
+    pub(crate) lenient_event_dates: bool,
+    /// How much of each day in flight is held in memory before it is
+    /// sorted into temporary files in `$TMPDIR` (`64MiB`, `512MB`, `1GiB`,
+    /// or bytes).
+    #[arg(
+        long,
+        env = "BACKFILL_STREAM_MEMORY",
+        default_value = "64MiB",
+        value_parser = parse_size,
+        value_name = "SIZE"
+    )]
+    pub(crate) stream_memory: usize,
     /// The time zone that says what "today" is (an IANA name).
     #[arg(long, env = "BACKFILL_TZ", default_value = "UTC", value_parser = parse_zone, value_name = "ZONE")]
     pub(crate) tz: chrono_tz::Tz,
@@ -179,7 +242,10 @@ pub(crate) struct BackfillArgs {
     /// The last day, included.
     #[arg(long, value_parser = parse_day, value_name = "DAY")]
     pub(crate) to: DayArg,
-    /// Which days of the range to run, by the store's ledger.
+    /// Which days of the range to run, by the store's ledger, where each
+    /// day is in one of three states: `synced` (its last attempt
+    /// succeeded), `failed` (its last attempt failed, whether or not it was
+    /// synced before) or `missing` (no attempt recorded).
     #[arg(long, value_enum, default_value_t = OnlyArg::All)]
     pub(crate) only: OnlyArg,
     /// Run only days not synced since this instant (RFC 3339, or a day for
@@ -199,18 +265,19 @@ pub(crate) struct BackfillArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
-    /// The first day (YYYY-MM-DD, `today` or `yesterday`).
+    /// The first day (YYYY-MM-DD, `today` or `yesterday`); by default 29
+    /// days before `--to`, for 30 days in all.
     #[arg(long, value_parser = parse_day, value_name = "DAY")]
-    pub(crate) from: DayArg,
-    /// The last day, included.
+    pub(crate) from: Option<DayArg>,
+    /// The last day, included (default: today).
     #[arg(long, value_parser = parse_day, value_name = "DAY")]
-    pub(crate) to: DayArg,
+    pub(crate) to: Option<DayArg>,
     /// The time zone of `today` and `yesterday`.
     #[arg(long, env = "BACKFILL_TZ", default_value = "UTC", value_parser = parse_zone, value_name = "ZONE")]
     pub(crate) tz: chrono_tz::Tz,
-    /// `calendar` (the default on a terminal), `table` (one line per day,
-    /// the default in a pipe) or `json` (the ledger itself, an array of
-    /// days).
+    /// `calendar` (the default on a terminal), `summary` (the default in a
+    /// pipe), `table` (every day on its line, errors in full) or `json`
+    /// (the ledger itself, an array of days).
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub(crate) format: Option<StatusFormat>,
     /// Short for `--format json`.
@@ -241,9 +308,13 @@ pub(crate) enum ModeArg {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum StatusFormat {
-    /// A row per month, a coloured cell per day, totals and failures.
+    /// A row per month, a coloured cell per day, totals and failures,
+    /// fitted to the terminal's width.
     Calendar,
-    /// One line per day.
+    /// One line per day, a run of missing days on one line, then the
+    /// totals.
+    Summary,
+    /// One line for every day, errors in full.
     Table,
     /// The ledger as JSON.
     Json,
@@ -253,11 +324,12 @@ pub(crate) enum StatusFormat {
 pub(crate) enum OnlyArg {
     /// Every day of the range.
     All,
-    /// Days never synced.
+    /// Days with no attempt recorded: a day whose only attempt failed is
+    /// `failed`, not `missing`.
     Missing,
-    /// Days whose last attempt failed.
+    /// Days whose last attempt failed, synced before or not.
     Failed,
-    /// Both.
+    /// Every day not synced: missing or failed (resuming a run).
     MissingOrFailed,
 }
 
@@ -293,21 +365,81 @@ fn parse_day(s: &str) -> Result<DayArg, String> {
     match s {
         "today" => Ok(DayArg::Today),
         "yesterday" => Ok(DayArg::Yesterday),
-        _ => NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        _ => date(s)
             .map(DayArg::Date)
-            .map_err(|e| format!("`{s}` is not a day (YYYY-MM-DD, today or yesterday): {e}")),
+            .ok_or_else(|| format!("`{s}` is not a day: expected YYYY-MM-DD, today or yesterday")),
     }
+}
+
+/// Exactly `YYYY-MM-DD`, a real date: chrono's `%Y-%m-%d` alone also takes
+/// `2026-1-2`, which is too easily a typo for another day.
+fn date(s: &str) -> Option<NaiveDate> {
+    let b = s.as_bytes();
+    let shape = b.len() == 10
+        && b.iter().enumerate().all(|(i, c)| {
+            if i == 4 || i == 7 {
+                *c == b'-'
+            } else {
+                c.is_ascii_digit()
+            }
+        });
+    shape
+        .then(|| NaiveDate::parse_from_str(s, "%Y-%m-%d").ok())
+        .flatten()
 }
 
 fn parse_instant(s: &str) -> Result<DateTime<Utc>, String> {
     if let Ok(at) = DateTime::parse_from_rfc3339(s) {
         return Ok(at.with_timezone(&Utc));
     }
-    NaiveDate::parse_from_str(s, "%Y-%m-%d")
+    date(s)
         .map(|day| day.and_time(chrono::NaiveTime::MIN).and_utc())
-        .map_err(|_| {
-            format!("`{s}` is not an instant: expected RFC 3339 (2026-01-31T00:00:00Z) or a day")
+        .ok_or_else(|| {
+            format!("`{s}` is not an instant: expected RFC 3339 (2026-01-31T00:00:00Z) or a day (YYYY-MM-DD)")
         })
+}
+
+/// A fraction from 0 to 1, as `0.5` or `50%`.
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    let bad = || format!("`{s}` is not a fraction: expected 0 to 1 (0.5) or a percentage (50%)");
+    let fraction = match s.strip_suffix('%') {
+        Some(percent) => percent.trim().parse::<f64>().map_err(|_| bad())? / 100.0,
+        None => s.trim().parse::<f64>().map_err(|_| bad())?,
+    };
+    if (0.0..=1.0).contains(&fraction) {
+        Ok(fraction)
+    } else {
+        Err(bad())
+    }
+}
+
+/// A size in bytes: a number with an optional unit, `B`, `kB`, `MB`, `GB`
+/// (powers of 1000) or `KiB`, `MiB`, `GiB` (powers of 1024), any case.
+fn parse_size(s: &str) -> Result<usize, String> {
+    let bad = || {
+        format!("`{s}` is not a size: expected bytes or a number with a unit (64MiB, 512MB, 1GiB)")
+    };
+    let text = s.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| bad())?;
+    let unit: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" | "k" => 1_000,
+        "mb" | "m" => 1_000_000,
+        "gb" | "g" => 1_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        _ => return Err(bad()),
+    };
+    number
+        .checked_mul(unit)
+        .and_then(|bytes| usize::try_from(bytes).ok())
+        .filter(|bytes| *bytes > 0)
+        .ok_or_else(bad)
 }
 
 fn parse_zone(s: &str) -> Result<chrono_tz::Tz, String> {
@@ -355,5 +487,45 @@ mod tests {
         assert!(parse_zone("Mars/Olympus").is_err());
         assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
         assert!(parse_duration("ten minutes").is_err());
+    }
+
+    #[test]
+    fn a_day_is_exactly_yyyy_mm_dd() {
+        let jan2 = NaiveDate::from_ymd_opt(2026, 1, 2).unwrap();
+        assert_eq!(parse_day("2026-01-02").unwrap(), DayArg::Date(jan2));
+        for bad in [
+            "2026-1-2",
+            "2026-01-2",
+            "2026-1-02",
+            "26-01-02",
+            "+2026-01-02",
+            " 2026-01-02",
+            "2026-02-30",
+            "2026/01/02",
+        ] {
+            let error = parse_day(bad).unwrap_err();
+            assert!(error.contains("YYYY-MM-DD"), "{bad}: {error}");
+            assert!(parse_instant(bad).is_err(), "{bad}");
+        }
+        assert!(parse_instant("2026-1-2T00:00:00Z").is_err());
+    }
+
+    #[test]
+    fn fractions_and_sizes_parse() {
+        assert_eq!(parse_fraction("0.5").unwrap(), 0.5);
+        assert_eq!(parse_fraction("50%").unwrap(), 0.5);
+        assert_eq!(parse_fraction("1").unwrap(), 1.0);
+        assert_eq!(parse_fraction("0").unwrap(), 0.0);
+        for bad in ["1.5", "-0.1", "150%", "half", "NaN", ""] {
+            assert!(parse_fraction(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_size("512MB").unwrap(), 512_000_000);
+        assert_eq!(parse_size("1gib").unwrap(), 1 << 30);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("10 kB").unwrap(), 10_000);
+        for bad in ["", "0", "MiB", "1.5GiB", "64 parsecs", "-1"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -6,7 +6,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use backfill_core::{Event, RunReport};
+use backfill_core::{Error, Event, Refusal, RunReport};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// The run's output.
@@ -84,7 +84,7 @@ impl Output {
             } => self.note(&format!(
                 "{day}  attempt {attempt} failed, retrying in {:.1} s: {}",
                 delay.as_secs_f64(),
-                one_line(&error.to_string())
+                one_line(&error_text(error))
             )),
             Event::DayFinished { report } => {
                 let c = report.counts;
@@ -117,7 +117,7 @@ impl Output {
                 self.note(&format!(
                     "{day}  FAILED after {attempts} attempt{}: {}",
                     if *attempts == 1 { "" } else { "s" },
-                    one_line(&error.to_string())
+                    one_line(&error_text(error))
                 ));
                 self.advance();
             }
@@ -142,11 +142,20 @@ impl Output {
         }
     }
 
-    /// Removes the bar.
+    /// Removes the bar for good: nothing redraws it after this, so the
+    /// lines that follow are the last on the screen.
     pub(crate) fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
+    }
+
+    /// Removes the bar and prints `line` under whatever the run printed: a
+    /// last message, before the process exits.
+    pub(crate) fn last_note(&self, line: &str) {
+        self.finish();
+        let mut stderr = std::io::stderr().lock();
+        let _ = writeln!(stderr, "{line}");
     }
 
     /// Prints the run report on stdout.
@@ -181,6 +190,49 @@ impl Output {
             writeln!(stdout, "{report}")
         };
         let _ = stdout.flush();
+    }
+}
+
+/// An error as this command words it. The library's replace refusal says
+/// "allow it with the job's replace guard"; here the guard is two flags,
+/// and the message names the one to pass.
+pub(crate) fn error_text(error: &Error) -> String {
+    match error {
+        Error::ReplaceRefused {
+            day,
+            would_delete,
+            live,
+            reason: Refusal::EmptyListing,
+            ..
+        } => format!(
+            "replace of {day} refused: the listing is empty, and would delete all {would_delete} \
+             of the day's {live} live rows; pass --allow-empty-replace if the day really is \
+             empty upstream"
+        ),
+        Error::ReplaceRefused {
+            day,
+            would_delete,
+            live,
+            reason: Refusal::TooLarge { max_fraction },
+            ..
+        } => {
+            let share = *would_delete as f64 / (*live).max(1) as f64;
+            // The smallest percentage that lets this listing through, by
+            // the guard's own floating-point test.
+            let (delete, live_rows) = (*would_delete as f64, *live as f64);
+            let mut percent = (share * 100.0).floor() as u32;
+            while percent < 100 && delete > f64::from(percent) / 100.0 * live_rows {
+                percent += 1;
+            }
+            let needed = f64::from(percent) / 100.0;
+            format!(
+                "replace of {day} refused: it would delete {would_delete} of the day's {live} \
+                 live rows ({:.0}%), more than --max-delete-fraction {max_fraction} allows; if \
+                 the listing is complete, pass --max-delete-fraction {needed} (or 1 for no limit)",
+                share * 100.0
+            )
+        }
+        _ => error.to_string(),
     }
 }
 

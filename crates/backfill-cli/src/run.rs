@@ -5,14 +5,14 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use backfill_core::{
-    BackfillError, Error, Fetch, Job, Mode, ReplaceGuard, Retry, RunReport, Select, StopHandle,
-    Store,
+    BackfillError, DayFailure, Error, EventDates, Fetch, Job, Mode, ReplaceGuard, Retry, RunReport,
+    Select, StopHandle, Store,
 };
 use chrono::NaiveDate;
 
 use crate::args::{BackfillArgs, ModeArg, OnlyArg, PurgeArgs, RunArgs, SyncArgs};
 use crate::fetch::{CommandFetch, FileFetch};
-use crate::output::Output;
+use crate::output::{error_text, Output};
 use crate::store::{self, Access};
 use crate::{Failure, EXIT_DAYS_FAILED, EXIT_INTERRUPTED, EXIT_OK};
 
@@ -93,8 +93,23 @@ fn job(args: &RunArgs) -> Job {
             ModeArg::Merge => Mode::Merge,
             ModeArg::Replace => Mode::Replace,
         })
-        .replace_guard(ReplaceGuard::default().allow_empty(args.allow_empty_replace))
-        .retry(Retry::default().max_attempts(args.retries.saturating_add(1)))
+        .replace_guard(
+            ReplaceGuard::default()
+                .allow_empty(args.allow_empty_replace)
+                .max_delete_fraction(args.max_delete_fraction),
+        )
+        .retry(
+            Retry::default()
+                .max_attempts(args.retries.saturating_add(1))
+                .backoff(args.retry_delay, args.max_retry_delay),
+        )
+        .fail_fast(args.fail_fast)
+        .event_dates(if args.lenient_event_dates {
+            EventDates::Lenient
+        } else {
+            EventDates::Strict
+        })
+        .stream_memory(args.stream_memory)
         .skip_unchanged(args.skip_unchanged)
         .dry_run(args.dry_run);
     if !args.day_timeout.is_zero() {
@@ -137,7 +152,12 @@ async fn execute(
         let output = Arc::clone(&output);
         move |event| output.event(event)
     });
-    let interrupts = tokio::spawn(watch_interrupts(stop.clone(), Arc::clone(&output)));
+    let resume = resume_command(std::env::args().collect(), &days);
+    let interrupts = tokio::spawn(watch_interrupts(
+        stop.clone(),
+        Arc::clone(&output),
+        resume.clone(),
+    ));
 
     let outcome = job.backfill(&*store, &*fetch, days).await;
     interrupts.abort();
@@ -146,13 +166,23 @@ async fn execute(
         Ok(report) => (report, None),
         Err(Error::Backfill(failed)) => {
             let cannot_run = cannot_run(&failed, args);
-            (failed.report, cannot_run)
+            let failed = *failed;
+            let mut report = failed.report;
+            reword_failures(&*store, &mut report, &failed.failed).await;
+            (report, cannot_run)
         }
         Err(error) => return Err(Failure::store(&error, error.to_string())),
     };
     output.report(&report);
     if let Some(failure) = cannot_run {
         return Err(failure);
+    }
+    if !report.skipped.is_empty() {
+        let n = report.skipped.len();
+        output.note(&format!(
+            "{n} day{} not started; to resume, run only what is left:\n  {resume}",
+            if n == 1 { "" } else { "s" }
+        ));
     }
     Ok(if report.stopped {
         EXIT_INTERRUPTED
@@ -183,10 +213,103 @@ fn cannot_run(failed: &BackfillError, args: &RunArgs) -> Option<Failure> {
     )))
 }
 
+/// Puts this command's wording ([`error_text`]) in the report and the
+/// ledger for the days whose error the library words for a Rust caller:
+/// a refused replace names the flag to pass, not "the job's replace
+/// guard".
+async fn reword_failures(store: &dyn Store, report: &mut RunReport, errors: &[(NaiveDate, Error)]) {
+    for (day, error) in errors {
+        if !matches!(error, Error::ReplaceRefused { .. }) {
+            continue;
+        }
+        let text = error_text(error);
+        if let Some(failed) = report.failed.iter_mut().find(|f| f.day == *day) {
+            failed.error.clone_from(&text);
+        }
+        // The job recorded the failure already; the same failure again,
+        // in these words.
+        let recorded = match store.ledger(*day..=*day).await {
+            Ok(entries) => entries.into_iter().find_map(|e| e.failure),
+            Err(_) => None,
+        };
+        if let Some(recorded) = recorded {
+            let failure = DayFailure::new(recorded.at, recorded.run_id, recorded.attempts, &text);
+            let _ = store.record_failure(*day, &failure).await;
+        }
+    }
+}
+
+/// The command that runs what this run leaves: the same options over the
+/// same days (as dates), with `--only missing-or-failed` for the choice of
+/// days, as `backfill backfill` (a `sync`'s days are a range too). A
+/// password in `--store` is shown as `***`.
+fn resume_command(argv: Vec<String>, days: &RangeInclusive<NaiveDate>) -> String {
+    // Options that choose the days, replaced; and `--dry-run`, dropped.
+    const CHOOSING: [&str; 6] = [
+        "--from",
+        "--to",
+        "--day",
+        "--lookback",
+        "--only",
+        "--synced-before",
+    ];
+    let mut line = vec![
+        "backfill".to_owned(),
+        "backfill".to_owned(),
+        "--from".to_owned(),
+        days.start().to_string(),
+        "--to".to_owned(),
+        days.end().to_string(),
+        "--only".to_owned(),
+        "missing-or-failed".to_owned(),
+    ];
+    let mut args = argv.into_iter().skip(2);
+    while let Some(arg) = args.next() {
+        let name = arg.split_once('=').map_or(arg.as_str(), |(name, _)| name);
+        if CHOOSING.contains(&name) {
+            if !arg.contains('=') {
+                args.next();
+            }
+            continue;
+        }
+        if arg == "--dry-run" {
+            continue;
+        }
+        if let Some(url) = arg.strip_prefix("--store=") {
+            line.push(format!("--store={}", store::redact(url)));
+        } else if arg == "--store" {
+            line.push(arg);
+            if let Some(url) = args.next() {
+                line.push(store::redact(&url));
+            }
+        } else {
+            line.push(arg);
+        }
+    }
+    line.iter()
+        .map(|arg| shell_quote(arg))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `arg` as a POSIX shell reads it back: as it is when it holds nothing
+/// the shell would interpret, single-quoted otherwise.
+fn shell_quote(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+    if plain {
+        arg.to_owned()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
 /// On the first Ctrl-C (or SIGTERM, as a Kubernetes pod or an orchestrator
 /// sends), stops starting days; on the second, kills the fetch commands in
 /// flight and exits at once: their days roll back.
-async fn watch_interrupts(stop: StopHandle, output: Arc<Output>) {
+async fn watch_interrupts(stop: StopHandle, output: Arc<Output>, resume: String) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut int), Ok(mut term)) = (
         signal(SignalKind::interrupt()),
@@ -207,8 +330,67 @@ async fn watch_interrupts(stop: StopHandle, output: Arc<Output>) {
             );
         } else {
             crate::fetch::kill_running_commands();
-            output.note("interrupted again: the days in flight are abandoned and roll back");
+            output.last_note(&format!(
+                "interrupted again: the days in flight are abandoned and roll back; \
+                 to resume, run only what is left:\n  {resume}"
+            ));
             std::process::exit(i32::from(EXIT_INTERRUPTED));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(line: &[&str]) -> Vec<String> {
+        line.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_resume_command_keeps_the_options_and_runs_what_is_left() {
+        let jan = |d| NaiveDate::from_ymd_opt(2026, 1, d).unwrap();
+        let days = jan(1)..=jan(20);
+        let line = resume_command(
+            argv(&[
+                "/usr/bin/backfill",
+                "backfill",
+                "--from",
+                "today",
+                "--to=2026-01-20",
+                "--only",
+                "all",
+                "--dry-run",
+                "--store",
+                "postgres://app:hunter2@db/x",
+                "--fetch-cmd",
+                "python3 fetch.py {day} --it's",
+                "--concurrency",
+                "4",
+            ]),
+            &days,
+        );
+        assert_eq!(
+            line,
+            "backfill backfill --from 2026-01-01 --to 2026-01-20 --only missing-or-failed \
+             --store 'postgres://app:***@db/x' --fetch-cmd 'python3 fetch.py {day} --it'\\''s' \
+             --concurrency 4"
+        );
+        let line = resume_command(
+            argv(&[
+                "backfill",
+                "sync",
+                "--lookback",
+                "3",
+                "--fetch-files",
+                "x/{day}",
+            ]),
+            &days,
+        );
+        assert_eq!(
+            line,
+            "backfill backfill --from 2026-01-01 --to 2026-01-20 --only missing-or-failed \
+             --fetch-files 'x/{day}'"
+        );
     }
 }

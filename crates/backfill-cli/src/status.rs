@@ -1,22 +1,32 @@
 //! `backfill status`: the ledger at a glance. A calendar on a terminal (a
-//! row per month, a cell per day), one line per day in a pipe or with
-//! `--format table`, or the ledger as JSON.
+//! row per month, a cell per day, fitted to its width), the library's
+//! table in a pipe (a run of missing days on one line, then the totals),
+//! every day on its line with `--format table`, or the ledger as JSON.
 
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
 
 use backfill_core::{DayState, DayStatus, Job, Status};
-use chrono::Datelike;
+use chrono::{Datelike, NaiveDate};
 
 use crate::args::{StatusArgs, StatusFormat};
 use crate::store::{self, Access};
 use crate::{Failure, EXIT_OK};
 
+/// The days `status` shows when no range is given: 30, today included.
+const DEFAULT_DAYS: u64 = 30;
+
 /// `backfill status`.
 pub(crate) async fn run(args: StatusArgs) -> Result<u8, Failure> {
     let job = Job::new().time_zone(args.tz);
     let today = job.today();
-    let (start, end) = (args.from.resolve(today), args.to.resolve(today));
+    let end = args.to.map_or(today, |to| to.resolve(today));
+    let start = match args.from {
+        Some(from) => from.resolve(today),
+        None => end
+            .checked_sub_days(chrono::Days::new(DEFAULT_DAYS - 1))
+            .unwrap_or(NaiveDate::MIN),
+    };
     if start > end {
         return Err(Failure::Config(format!(
             "--from {start} is after --to {end}"
@@ -28,29 +38,51 @@ pub(crate) async fn run(args: StatusArgs) -> Result<u8, Failure> {
         .await
         .map_err(|e| Failure::Store(format!("cannot read the ledger: {e}")))?;
     let stdout = std::io::stdout();
+    let terminal = stdout.is_terminal();
     let format = match (args.json, args.format) {
         (true, _) => StatusFormat::Json,
         (false, Some(format)) => format,
-        (false, None) if stdout.is_terminal() => StatusFormat::Calendar,
-        (false, None) => StatusFormat::Table,
+        (false, None) if terminal => StatusFormat::Calendar,
+        (false, None) => StatusFormat::Summary,
     };
-    let text = if format == StatusFormat::Json {
-        let mut json = serde_json::to_string(&status.days)
-            .map_err(|e| Failure::Store(format!("cannot print the ledger: {e}")))?;
-        json.push('\n');
-        json
-    } else if format == StatusFormat::Table {
-        table(&status)
-    } else {
-        // Colour on a terminal only, unless NO_COLOR says otherwise.
-        let colour =
-            stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-        calendar(&status, colour)
+    let text = match format {
+        StatusFormat::Json => {
+            let mut json = serde_json::to_string(&status.days)
+                .map_err(|e| Failure::Store(format!("cannot print the ledger: {e}")))?;
+            json.push('\n');
+            json
+        }
+        StatusFormat::Table => table(&status),
+        // The library's own table: a run of missing days on one line, the
+        // totals at the end.
+        StatusFormat::Summary => format!("{status}\n"),
+        StatusFormat::Calendar => {
+            // Colour on a terminal only, unless NO_COLOR says otherwise.
+            let colour = terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            calendar(&status, colour, width(terminal))
+        }
     };
     let mut stdout = stdout.lock();
     let _ = stdout.write_all(text.as_bytes());
     let _ = stdout.flush();
     Ok(EXIT_OK)
+}
+
+/// The width to fit the calendar to: the terminal's, else `COLUMNS`, else
+/// none (a file gets whole lines).
+fn width(terminal: bool) -> Option<usize> {
+    let of_terminal = terminal
+        .then(|| console::Term::stdout().size_checked())
+        .flatten()
+        .map(|(_rows, columns)| usize::from(columns));
+    of_terminal.or_else(|| {
+        std::env::var("COLUMNS")
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+            .filter(|w| *w > 0)
+    })
 }
 
 /// How a day looks in the calendar.
@@ -113,9 +145,15 @@ impl Cell {
 
 const RESET: &str = "\x1b[0m";
 
+/// Where a month's cells start: after `YYYY-MM` and two blanks.
+const LABEL: usize = 9;
+
 /// A row per month, a cell per day (two columns wide, day 1 first), the
-/// legend with totals, then the failed days with their errors.
-fn calendar(status: &Status, colour: bool) -> String {
+/// legend with totals, then the failed days with their errors. Given a
+/// `width`, everything fits in it: a month too long for it goes on over
+/// several lines, whole cells on each (the header of day numbers too), the
+/// legend wraps between its items, and an error line is cut with `…`.
+fn calendar(status: &Status, colour: bool, width: Option<usize>) -> String {
     let paint = |cell: Cell, text: &str| {
         if colour {
             format!("{}{text}{RESET}", cell.colour())
@@ -123,18 +161,30 @@ fn calendar(status: &Status, colour: bool) -> String {
             text.to_owned()
         }
     };
+    // Cells per line: each takes two columns, and a day number over the
+    // last one may take both.
+    let per_line = width.map_or(31, |w| (w.saturating_sub(LABEL) / 2).clamp(1, 31));
     let mut out = String::new();
-    // Day numbers over the cells: 1, 5, 10, …, 30.
-    let mut header = " ".repeat(9);
-    let mut column = 0;
-    for day in [1, 5, 10, 15, 20, 25, 30] {
-        let at = 2 * (day - 1);
-        header.push_str(&" ".repeat(at - column));
-        let label = day.to_string();
-        column = at + label.len();
-        header.push_str(&label);
+    // Day numbers over the cells: 1, 5, 10, …, 30, on each line of cells.
+    for first in (1..=31).step_by(per_line) {
+        let last = (first + per_line - 1).min(31);
+        let mut header = " ".repeat(LABEL);
+        let mut column = 0;
+        // A line of cells that starts with no label gets its first day's.
+        let labels = std::iter::once(first)
+            .chain([5, 10, 15, 20, 25, 30].into_iter().filter(|d| *d > first));
+        for day in labels.take_while(|d| *d <= last) {
+            let at = 2 * (day - first);
+            if at > 0 && at <= column {
+                continue;
+            }
+            header.push_str(&" ".repeat(at - column));
+            let label = day.to_string();
+            column = at + label.len();
+            header.push_str(&label);
+        }
+        let _ = writeln!(out, "{}", header.trim_end());
     }
-    let _ = writeln!(out, "{}", header.trim_end());
     let mut days = status.days.iter().peekable();
     while let Some(first) = days.peek() {
         let (year, month) = (first.day.year(), first.day.month());
@@ -142,17 +192,26 @@ fn calendar(status: &Status, colour: bool) -> String {
         while let Some(day) = days.next_if(|d| (d.day.year(), d.day.month()) == (year, month)) {
             row[day.day.day0() as usize] = Some(Cell::of(day));
         }
-        let cells: String = row
-            .iter()
-            .map(|cell| match cell {
-                Some(cell) => paint(*cell, &format!("{} ", cell.glyph())),
-                None => "  ".to_owned(),
-            })
-            .collect();
-        let _ = writeln!(out, "{year:04}-{month:02}  {}", cells.trim_end());
+        let used = row.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+        for (i, cells) in row[..used].chunks(per_line).enumerate() {
+            let cells: String = cells
+                .iter()
+                .map(|cell| match cell {
+                    Some(cell) => paint(*cell, &format!("{} ", cell.glyph())),
+                    None => "  ".to_owned(),
+                })
+                .collect();
+            let label = if i == 0 {
+                format!("{year:04}-{month:02}  ")
+            } else {
+                " ".repeat(LABEL)
+            };
+            let line = format!("{label}{cells}");
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
     }
     let count = |cell: Cell| status.days.iter().filter(|d| Cell::of(d) == cell).count();
-    let legend: Vec<String> = [Cell::Synced, Cell::Empty, Cell::Failed, Cell::Missing]
+    let mut legend: Vec<String> = [Cell::Synced, Cell::Empty, Cell::Failed, Cell::Missing]
         .into_iter()
         .map(|cell| {
             format!(
@@ -163,18 +222,29 @@ fn calendar(status: &Status, colour: bool) -> String {
             )
         })
         .collect();
-    let _ = writeln!(
-        out,
-        "\n{}   ({} days)",
-        legend.join("   "),
-        status.days.len()
-    );
-    failures(status, &mut out);
+    legend.push(format!("({} days)", status.days.len()));
+    out.push('\n');
+    let mut line = String::new();
+    for item in legend {
+        let wide = console::measure_text_width(&line) + 3 + console::measure_text_width(&item);
+        if !line.is_empty() && width.is_some_and(|w| wide > w) {
+            let _ = writeln!(out, "{line}");
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push_str("   ");
+        }
+        line.push_str(&item);
+    }
+    let _ = writeln!(out, "{line}");
+    failures(status, width, &mut out);
     out
 }
 
-/// The failed days with their last error, under the calendar.
-fn failures(status: &Status, out: &mut String) {
+/// The failed days with their last error, under the calendar, each on one
+/// line cut to `width` (the whole error is in `--format table` and
+/// `--json`).
+fn failures(status: &Status, width: Option<usize>, out: &mut String) {
     let failed: Vec<_> = status
         .days
         .iter()
@@ -185,18 +255,22 @@ fn failures(status: &Status, out: &mut String) {
     }
     let _ = writeln!(out, "\nfailed days:");
     for (day, failure) in failed {
-        let _ = writeln!(
-            out,
+        let line = format!(
             "  {day}  after {} attempt{} at {}: {}",
             failure.attempts,
             if failure.attempts == 1 { "" } else { "s" },
             failure.at.format("%Y-%m-%d %H:%M:%S UTC"),
             failure.error.lines().collect::<Vec<_>>().join(" / ")
         );
+        let line = match width {
+            Some(width) => console::truncate_str(&line, width, "…").into_owned(),
+            None => line,
+        };
+        let _ = writeln!(out, "{line}");
     }
 }
 
-/// One line per day, for pipes and `--table`: a header, then
+/// One line for every day, for `--format table`: a header, then
 /// `day state synced_at mode records inserted updated deleted unchanged
 /// stale run_or_error`, blank-padded columns, `-` for what a day lacks.
 fn table(status: &Status) -> String {
@@ -286,7 +360,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_calendar_has_a_row_per_month_and_a_cell_per_day() {
-        let text = calendar(&status().await, false);
+        let text = calendar(&status().await, false, None);
         let lines: Vec<&str> = text.lines().collect();
         assert!(
             lines[0].starts_with("         1       5         10"),
@@ -315,8 +389,67 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains('\x1b'), "no colour asked");
-        let coloured = calendar(&status().await, true);
+        let coloured = calendar(&status().await, true, None);
         assert!(coloured.contains("\x1b[1;31m✗ \x1b[0m"), "{coloured}");
+    }
+
+    #[tokio::test]
+    async fn the_calendar_fits_the_width_wrapping_months_not_cells() {
+        let status = status().await;
+        let text = calendar(&status, true, Some(40));
+        for line in text.lines() {
+            assert!(
+                console::measure_text_width(line) <= 40,
+                "{line:?} is wider than 40 columns"
+            );
+        }
+        // 15 cells a line: each month on three lines, whole cells on each.
+        let plain = calendar(&status, false, Some(40));
+        let lines: Vec<&str> = plain.lines().collect();
+        assert_eq!(lines[0], "         1       5         10        15");
+        assert_eq!(lines[1], "         16      20        25        30");
+        assert_eq!(lines[2], "         31");
+        assert!(lines[3].starts_with("2026-01      ■ ■ ✗ □ ■"), "{plain}");
+        let january: String = lines[3..6].concat();
+        assert_eq!(january.matches('■').count(), 16, "{plain}");
+        assert_eq!(january.matches('·').count(), 11, "{plain}");
+        assert_eq!(
+            lines[4],
+            format!("{}{}", " ".repeat(9), "■ ".repeat(5) + &"· ".repeat(10)).trim_end()
+        );
+        assert_eq!(lines[5], "         ·");
+        assert!(lines[6].starts_with("2026-02  · · ·"), "{plain}");
+        assert_eq!(lines[7].matches('·').count(), 13, "{plain}");
+        assert_eq!(lines[8], "");
+        // The legend wraps between its items; the error line is cut.
+        assert!(
+            plain.contains("■ synced 16   □ synced, empty 1\n"),
+            "{plain}"
+        );
+        let failed = plain
+            .lines()
+            .find(|l| l.starts_with("  2026-01-05"))
+            .unwrap();
+        assert!(failed.ends_with('…'), "{failed}");
+        assert_eq!(console::measure_text_width(failed), 40, "{failed}");
+        // Wide enough: the one-row-per-month calendar, error in full.
+        let wide = calendar(&status, false, Some(200));
+        assert_eq!(wide, calendar(&status, false, None));
+        assert!(wide.contains("upstream 500 / second line"), "{wide}");
+    }
+
+    #[tokio::test]
+    async fn the_summary_folds_missing_days_and_ends_with_the_totals() {
+        let status = status().await;
+        let text = format!("{status}\n");
+        assert!(
+            text.contains("2026-01-21 … 2026-02-28  missing (39 days)\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("57 days: 17 synced, 1 failed, 39 missing\n"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use backfill_core::Store;
+use backfill_postgres::tokio_postgres::error::SqlState;
 use backfill_postgres::{PostgresStore, Tls};
 use backfill_sqlite::SqliteStore;
 
@@ -50,6 +51,27 @@ impl StoreUrl {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             return Ok(StoreUrl::Postgres(url.to_owned()));
         }
+        // A SQLite URL with one slash too few, or a bare path: say what
+        // was meant.
+        let path = url.strip_prefix("sqlite:").or_else(|| {
+            // No scheme: `x.db`, `/srv/x.db`, `./data/x.db`, but not
+            // `postgres:/h`.
+            let scheme = url.split('/').next().unwrap_or_default().contains(':');
+            (!url.contains("://") && !url.is_empty() && !scheme).then_some(url)
+        });
+        if let Some(path) = path.filter(|p| !p.is_empty() && !p.starts_with("//")) {
+            let hint = if path.starts_with('/') {
+                format!("sqlite://{path}")
+            } else {
+                format!("sqlite://{path} (relative to the working directory; sqlite:///abs/path.db for an absolute path)")
+            };
+            let what = if url.starts_with("sqlite:") {
+                "a SQLite URL has two slashes before its path"
+            } else {
+                "not a store URL"
+            };
+            return Err(bad(&format!("{what}: for this SQLite file, write {hint}")));
+        }
         Err(bad(
             "unsupported store: expected sqlite://PATH or postgres://USER:PASSWORD@HOST/DB",
         ))
@@ -89,12 +111,11 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
     // The driver's message is scrubbed of the password, should it ever
     // quote it; the URL is shown already redacted (scrubbing it again
     // would also hide a user or database that happens to equal it).
-    let scrub = |error: backfill_core::Error| {
-        let mut text = error.to_string();
+    let scrub = |error: &backfill_core::Error, mut text: String| {
         if let Some(secret) = &secret {
             text = text.replace(secret.as_str(), "***");
         }
-        Failure::store(&error, format!("{text} (store {shown})"))
+        Failure::store(error, format!("{text} (store {shown})"))
     };
     match url {
         StoreUrl::Sqlite(path) => {
@@ -109,6 +130,15 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
                 ));
             }
             let mut builder = SqliteStore::builder(&path).table(args.table.as_str());
+            // SQLite's own word for this is "unable to open database file".
+            let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+            if let Some(dir) = parent.filter(|dir| !dir.is_dir()) {
+                return Err(Failure::Store(format!(
+                    "the directory {} does not exist: create it first, or give another path \
+                     (store {shown})",
+                    dir.display()
+                )));
+            }
             if access == Access::Read {
                 if !path.exists() {
                     return Err(Failure::Store(format!(
@@ -118,7 +148,9 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
                 }
                 builder = builder.read_only(true);
             }
-            Ok(Box::new(builder.open().await.map_err(scrub)?))
+            Ok(Box::new(
+                builder.open().await.map_err(|e| scrub(&e, e.to_string()))?,
+            ))
         }
         StoreUrl::Postgres(url) => {
             let mut builder = PostgresStore::builder()
@@ -135,9 +167,77 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
                 }
                 builder = builder.tls(tls);
             }
-            Ok(Box::new(builder.connect(&url).await.map_err(scrub)?))
+            let store = builder.connect(&url).await;
+            Ok(Box::new(store.map_err(|error| {
+                let text = postgres_text(&error, access);
+                scrub(&error, text)
+            })?))
         }
     }
+}
+
+/// A Postgres store's error as this command words it: the server's or the
+/// driver's message without the connection pool's ("Error occurred while
+/// creating a new object"), and for `status`, a database, schema or table
+/// that does not exist said as what it means there.
+fn postgres_text(error: &backfill_core::Error, access: Access) -> String {
+    use std::error::Error as _;
+    let backfill_core::Error::Open { source, .. } = error else {
+        return error.to_string();
+    };
+    // The driver's error, wherever the pool put it, with its causes.
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&**source);
+    let mut driver = None;
+    while let Some(error) = cause {
+        if let Some(pg) = error.downcast_ref::<backfill_postgres::tokio_postgres::Error>() {
+            driver = Some(pg);
+            break;
+        }
+        cause = error.source();
+    }
+    let Some(driver) = driver else {
+        return read_only_wording(&error.to_string(), access);
+    };
+    if let Some(db) = driver.as_db_error() {
+        let missing_database = *db.code() == SqlState::INVALID_CATALOG_NAME;
+        if missing_database && access == Access::Read {
+            return format!("{} (nothing has been synced there)", db.message());
+        }
+        return format!("postgres: cannot open the store: {db}");
+    }
+    let mut text = driver.to_string();
+    let mut cause = driver.source();
+    while let Some(error) = cause {
+        let more = error.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = error.source();
+    }
+    format!("postgres: cannot open the store: {text}")
+}
+
+/// `status` opens a Postgres store without creating anything; the store
+/// says so in the words of its builder (`create_if_missing(false)`), which
+/// a user of this command never set.
+fn read_only_wording(text: &str, access: Access) -> String {
+    const MAY_NOT_CREATE: &str = ", and this store may not create it (create_if_missing(false))";
+    if access != Access::Read {
+        return text.to_owned();
+    }
+    if let Some(missing) = text.strip_suffix(MAY_NOT_CREATE) {
+        // "schema \"x\" does not exist", "table x.y does not exist"
+        return format!("{missing} (nothing has been synced there)");
+    }
+    text.replace(
+        "create_if_missing(false)",
+        "`backfill status` creates and upgrades nothing",
+    )
+    .replace(
+        "create_if_missing(true)",
+        "run `backfill sync` or `backfill backfill` once",
+    )
 }
 
 fn read_pem(file: &Path) -> Result<Vec<u8>, Failure> {
@@ -227,6 +327,39 @@ mod tests {
             .to_string();
         assert!(!error.contains("hunter2"), "{error}");
         assert!(error.contains("mysql://u:***@h/db"), "{error}");
+    }
+
+    #[test]
+    fn a_path_or_a_short_sqlite_url_is_told_the_url_to_write() {
+        let says = |url: &str| StoreUrl::parse(url).unwrap_err().to_string();
+        assert!(says("/var/x.db").contains("write sqlite:///var/x.db"));
+        assert!(says("x.db").contains("write sqlite://x.db"));
+        assert!(says("sqlite:/var/x.db").contains("write sqlite:///var/x.db"));
+        assert!(says("sqlite:x.db").contains("write sqlite://x.db"));
+        assert!(says("mysql://h/db").contains("unsupported store"));
+        assert!(says("postgres:/h").contains("unsupported store"));
+        assert!(says("").contains("unsupported store"));
+    }
+
+    #[test]
+    fn status_words_a_missing_schema_or_table_as_nothing_synced() {
+        let text = "postgres: cannot open the store: schema \"s\" does not exist, and this \
+                    store may not create it (create_if_missing(false))";
+        assert_eq!(
+            read_only_wording(text, Access::Read),
+            "postgres: cannot open the store: schema \"s\" does not exist (nothing has been \
+             synced there)"
+        );
+        assert_eq!(
+            read_only_wording(text, Access::Write { connections: 2 }),
+            text
+        );
+        let upgrade = read_only_wording(
+            "… which this store may not do (create_if_missing(false)); open it once with a \
+             role that may run DDL on it (its owner) and create_if_missing(true)",
+            Access::Read,
+        );
+        assert!(!upgrade.contains("create_if_missing"), "{upgrade}");
     }
 
     #[test]

@@ -424,9 +424,17 @@ fn status_json_is_the_ledger() {
     assert_eq!(days[2]["state"], "missing");
     assert!(days[2]["entry"].is_null());
 
-    // In a pipe, one line per day.
-    let output =
-        run(backfill(dir.path()).args(["status", "--from", "2026-01-01", "--to", "2026-01-03"]));
+    // One line per day (in a pipe, `status` now folds missing days and adds
+    // the totals: `--format table` is this every-day view).
+    let output = run(backfill(dir.path()).args([
+        "status",
+        "--from",
+        "2026-01-01",
+        "--to",
+        "2026-01-03",
+        "--format",
+        "table",
+    ]));
     assert_eq!(code(&output), 0);
     let lines = text(&output.stdout);
     assert_eq!(lines.lines().count(), 4, "{lines}");
@@ -679,6 +687,604 @@ async fn replace_deletes_what_a_listing_lacks_and_purge_removes_tombstones() {
     assert_eq!(code(&output), 0, "{}", show(&output));
     assert_eq!(json(&output)["purged"], 2);
     assert_eq!(store.rows_with_tombstones().await.unwrap().len(), 3);
+}
+
+// ---------------------------------------------------------------------------
+// Safe defaults, the library's settings as flags, and the messages and
+// output a person reads (issue 17).
+
+fn stderr_lines(output: &Output) -> Vec<String> {
+    text(&output.stderr).lines().map(str::to_owned).collect()
+}
+
+fn status_json(dir: &Path, from: u32, to: u32) -> Vec<Value> {
+    let output = run(backfill(dir).args([
+        "status",
+        "--from",
+        &jan(from).to_string(),
+        "--to",
+        &jan(to).to_string(),
+        "--json",
+    ]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    json(&output).as_array().unwrap().clone()
+}
+
+/// `--skip-unchanged` over the command line's streamed fetch: a re-run of
+/// the same days counts their records `skipped`, not `unchanged`, and
+/// leaves each day's ledger row as the first run wrote it.
+#[test]
+fn skip_unchanged_skips_streamed_days_and_keeps_their_ledger_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let fetch = format!("{} {{day}} --records 20", sample());
+    let output = run(range(&mut backfill(dir.path()), 1, 3).args(["--fetch-cmd", &fetch]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let before = status_json(dir.path(), 1, 3);
+
+    let output = run(range(&mut backfill(dir.path()), 1, 3).args([
+        "--fetch-cmd",
+        &fetch,
+        "--skip-unchanged",
+        "--json",
+    ]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let report = json(&output);
+    for day in report["days"].as_array().unwrap() {
+        assert_eq!(day["counts"]["skipped"], 20, "{day}");
+        assert_eq!(day["counts"]["unchanged"], 0, "{day}");
+        assert_eq!(day["counts"]["inserted"], 0, "{day}");
+    }
+    let after = status_json(dir.path(), 1, 3);
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(a["state"], "synced", "{a}");
+        let (b, a) = (&b["entry"]["synced"], &a["entry"]["synced"]);
+        assert_eq!(a["at"], b["at"], "synced_at changed: {a} vs {b}");
+        assert_eq!(a["run_id"], b["run_id"], "run_id changed: {a} vs {b}");
+        assert_eq!(a["counts"], b["counts"]);
+    }
+}
+
+/// Replace refuses, by default, a listing that would delete more than half
+/// of a day, naming the flag that allows it; the empty-listing refusal
+/// names `--allow-empty-replace`. The report and the ledger say so in the
+/// command's words, not the library's.
+#[tokio::test]
+async fn replace_refuses_deleting_most_of_a_day_and_names_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let day = |records: u32| format!("{} {{day}} --records {records}", sample());
+    let output = run(range(&mut backfill(dir.path()), 1, 1).args(["--fetch-cmd", &day(100)]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let store = sqlite(dir.path()).await;
+
+    let replace = |fetch: &str, extra: &[&str]| {
+        run(range(&mut backfill(dir.path()), 1, 1)
+            .args(["--fetch-cmd", fetch, "--mode", "replace"])
+            .args(extra))
+    };
+    let ledger_error = || {
+        status_json(dir.path(), 1, 1)[0]["entry"]["failure"]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+
+    // 3 records for a day of 100: refused, nothing deleted.
+    let output = replace(&day(3), &[]);
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let out = text(&output.stdout);
+    assert!(
+        out.contains("would delete 97 of the day's 100 live rows"),
+        "{out}"
+    );
+    assert!(out.contains("--max-delete-fraction 0.97"), "{out}");
+    assert!(!out.contains("replace guard"), "{out}");
+    assert!(text(&output.stderr).contains("--max-delete-fraction"));
+    assert_eq!(store.day_rows(jan(1)).await.unwrap().len(), 100);
+    let error = ledger_error();
+    assert!(error.contains("--max-delete-fraction"), "{error}");
+    assert!(!error.contains("replace guard"), "{error}");
+
+    // The same in the JSON report.
+    let output = replace(&day(3), &["--json"]);
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let failed = json(&output)["failed"][0]["error"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(failed.contains("--max-delete-fraction"), "{failed}");
+
+    // An empty listing names its own flag.
+    let output = replace("true", &[]);
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let out = text(&output.stdout);
+    assert!(out.contains("--allow-empty-replace"), "{out}");
+    assert!(!out.contains("replace guard"), "{out}");
+    assert!(ledger_error().contains("--allow-empty-replace"));
+
+    // Half of the day is allowed; the flag allows more.
+    let output = replace(&day(50), &["--json"]);
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    assert_eq!(json(&output)["days"][0]["counts"]["unlisted"], 50);
+    let output = replace(&day(3), &["--max-delete-fraction", "100%", "--json"]);
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    assert_eq!(json(&output)["days"][0]["counts"]["unlisted"], 47);
+    assert_eq!(store.day_rows(jan(1)).await.unwrap().len(), 3);
+    let output = replace(&day(1), &["--max-delete-fraction", "0.5"]);
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let output = run(range(&mut backfill(dir.path()), 1, 1)
+        .args(["--fetch-cmd", &day(1), "--mode", "replace"])
+        .env("BACKFILL_MAX_DELETE_FRACTION", "0.7"));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+
+    // An allowed empty listing empties the day, whatever the fraction.
+    let output = replace("true", &["--allow-empty-replace"]);
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    assert!(store.day_rows(jan(1)).await.unwrap().is_empty());
+
+    let output = replace(&day(3), &["--max-delete-fraction", "1.5"]);
+    assert_eq!(code(&output), 1, "{}", show(&output));
+}
+
+/// The delays of `--retry-delay` and `--max-retry-delay` (or their
+/// environment variables) are the ones the run waits; the default first
+/// delay is a second or more, not a few hundred milliseconds.
+#[test]
+fn retry_delays_are_flags_with_a_patient_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let delays = |output: &Output| -> Vec<f64> {
+        stderr_lines(output)
+            .iter()
+            .filter_map(|l| l.split("retrying in ").nth(1))
+            .map(|rest| rest.split(' ').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    let busy = "echo busy >&2; exit 75";
+    let started = Instant::now();
+    let output = run(range(&mut backfill(dir.path()), 1, 1)
+        .args(["--fetch-cmd", busy, "--retries", "3"])
+        .args(["--retry-delay", "200ms"])
+        .env("BACKFILL_MAX_RETRY_DELAY", "300ms"));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let waited = delays(&output);
+    assert_eq!(waited.len(), 3, "{}", show(&output));
+    // Each delay is drawn from the upper half of 200, 300 (capped), 300 ms.
+    for (delay, full) in waited.iter().zip([0.2, 0.3, 0.3]) {
+        assert!(
+            *delay >= full / 2.0 - 0.05 && *delay <= full + 0.05,
+            "{waited:?}"
+        );
+    }
+    assert!(started.elapsed() >= Duration::from_millis(350));
+
+    let output =
+        run(range(&mut backfill(dir.path()), 2, 2).args(["--fetch-cmd", busy, "--retries", "1"]));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let waited = delays(&output);
+    assert!(
+        waited.len() == 1 && waited[0] >= 0.95,
+        "default delay {waited:?}: {}",
+        show(&output)
+    );
+}
+
+/// `--fail-fast` starts no day after a failure and says, on one line,
+/// which days were left and how to resume them.
+#[test]
+fn fail_fast_leaves_the_rest_on_one_line_with_the_command_to_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(range(&mut backfill(dir.path()), 1, 6).args([
+        "--fetch-cmd",
+        &format!("{} {{day}} --records 5 --fail-on 2026-01-02", sample()),
+        "--fail-fast",
+    ]));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let out = text(&output.stdout);
+    assert!(
+        out.contains("2026-01-03 … 2026-01-06  not started (stopped by a failed day): 4 days"),
+        "{out}"
+    );
+    assert_eq!(out.matches("not started").count(), 1, "{out}");
+    let err = text(&output.stderr);
+    assert!(
+        err.contains(
+            "backfill backfill --from 2026-01-01 --to 2026-01-06 --only missing-or-failed"
+        ),
+        "{err}"
+    );
+}
+
+/// `--lenient-event-dates` accepts a record of another day than the one
+/// fetched; without it the day fails.
+#[tokio::test]
+async fn lenient_event_dates_accept_records_of_other_days() {
+    let dir = tempfile::tempdir().unwrap();
+    // Day 1's fetch prints day 2's records.
+    let fetch = format!(": {{day}}; {} 2026-01-02 --records 4", sample());
+    let output = run(range(&mut backfill(dir.path()), 1, 1).args(["--fetch-cmd", &fetch]));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    assert!(
+        text(&output.stdout).contains("event_date"),
+        "{}",
+        show(&output)
+    );
+    let output = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--fetch-cmd",
+        &fetch,
+        "--lenient-event-dates",
+    ]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    assert_eq!(
+        sqlite(dir.path())
+            .await
+            .day_rows(jan(2))
+            .await
+            .unwrap()
+            .len(),
+        4
+    );
+}
+
+/// `--stream-memory` is the day's memory budget: at one byte every chunk
+/// goes to a temporary file (here in a `TMPDIR` that does not exist, so
+/// the day fails saying so), where the default keeps a small day in
+/// memory.
+#[test]
+fn stream_memory_is_the_budget_before_temporary_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let fetch = format!("{} {{day}} --records 50", sample());
+    let missing = dir.path().join("no-such-tmp");
+    let output = run(range(&mut backfill(dir.path()), 1, 1)
+        .args(["--fetch-cmd", &fetch, "--stream-memory", "1"])
+        .env("TMPDIR", &missing));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    assert!(
+        text(&output.stdout).contains("temporary file"),
+        "{}",
+        show(&output)
+    );
+    let output = run(range(&mut backfill(dir.path()), 1, 1)
+        .args(["--fetch-cmd", &fetch])
+        .env("BACKFILL_STREAM_MEMORY", "64MiB")
+        .env("TMPDIR", &missing));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let output = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--fetch-cmd",
+        &fetch,
+        "--stream-memory",
+        "64 parsecs",
+    ]));
+    assert_eq!(code(&output), 1, "{}", show(&output));
+}
+
+/// `--help` says which days `--only missing` picks in the ledger's own
+/// three states: a day whose only attempt failed is `failed`.
+#[test]
+fn only_missing_help_matches_the_ledger_states() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(backfill(dir.path()).args(["backfill", "--help"]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let help = text(&output.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(!help.contains("never synced"), "{help}");
+    assert!(
+        help.contains("missing: Days with no attempt recorded: a day whose only attempt failed is `failed`, not `missing`"),
+        "{help}"
+    );
+    assert!(
+        help.contains("`synced` (its last attempt succeeded), `failed` (its last attempt failed"),
+        "{help}"
+    );
+    for flag in [
+        "--max-delete-fraction",
+        "--retry-delay",
+        "--max-retry-delay",
+        "--fail-fast",
+        "--lenient-event-dates",
+        "--stream-memory",
+        "BACKFILL_RETRY_DELAY",
+    ] {
+        assert!(help.contains(flag), "{flag} not in --help");
+    }
+}
+
+/// A day is exactly `YYYY-MM-DD` (or `today`, `yesterday`).
+#[test]
+fn a_day_is_exactly_yyyy_mm_dd() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &[
+            "backfill",
+            "--from",
+            "2026-1-2",
+            "--to",
+            "2026-01-03",
+            "--fetch-cmd",
+            "true",
+        ][..],
+        &["sync", "--day", "2026-01-2", "--fetch-cmd", "true"],
+        &["status", "--from", "2026-01-01", "--to", "2026-01-3"],
+    ] {
+        let output = run(backfill(dir.path()).args(args));
+        assert_eq!(code(&output), 1, "{}", show(&output));
+        assert!(
+            text(&output.stderr).contains("YYYY-MM-DD"),
+            "{}",
+            show(&output)
+        );
+    }
+    assert!(!dir.path().join("backfill.db").exists());
+}
+
+/// A SQLite file in a directory that does not exist, a bare path and
+/// `sqlite:/x.db` are each told what to do.
+#[test]
+fn sqlite_store_mistakes_say_what_to_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let fetch = format!("{} {{day}}", sample());
+    let cases: [(&str, &[&str]); 5] = [
+        (
+            "sqlite://no/such/dir/x.db",
+            &["the directory no/such/dir does not exist"],
+        ),
+        ("/abs/x.db", &["sqlite:///abs/x.db"]),
+        ("x.db", &["sqlite://x.db", "sqlite:///"]),
+        ("sqlite:/srv/x.db", &["sqlite:///srv/x.db"]),
+        ("sqlite:x.db", &["sqlite://x.db"]),
+    ];
+    for (url, says) in cases {
+        let output = run(range(&mut backfill(dir.path()), 1, 1).args([
+            "--store",
+            url,
+            "--fetch-cmd",
+            &fetch,
+        ]));
+        assert_eq!(code(&output), 1, "{url}: {}", show(&output));
+        let err = text(&output.stderr);
+        for said in says {
+            assert!(err.contains(said), "{url}: {err}");
+        }
+        assert!(!err.contains("Error code 14"), "{url}: {err}");
+    }
+    let output = run(backfill(dir.path()).args(["status", "--store", "sqlite://no/such/dir/x.db"]));
+    assert_eq!(code(&output), 1, "{}", show(&output));
+    assert!(
+        text(&output.stderr).contains("no/such/dir does not exist"),
+        "{}",
+        show(&output)
+    );
+}
+
+/// Postgres errors are the server's or the driver's, without the pool's
+/// wording; `status` on a database, schema or table that does not exist
+/// says nothing has been synced there, as it does for SQLite.
+#[tokio::test]
+async fn postgres_errors_read_like_the_server_and_status_finds_nothing_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--store",
+        "postgres://app:hunter2@127.0.0.1:1/db",
+        "--fetch-cmd",
+        "true",
+    ]));
+    assert_eq!(code(&output), 1, "{}", show(&output));
+    let err = text(&output.stderr);
+    assert!(!err.contains("creating a new object"), "{err}");
+    assert!(err.contains("Connection refused"), "{err}");
+
+    let Some(url) = backfill_testkit::url().await else {
+        return;
+    };
+    let (base, _) = url.rsplit_once('/').unwrap();
+    let status = |store: &str, extra: &[&str]| {
+        run(backfill(dir.path())
+            .args(["status", "--store", store])
+            .args(extra))
+    };
+    let schema = backfill_testkit::unique_schema();
+    for (store, extra, what) in [
+        (
+            format!("{base}/no_such_database"),
+            vec![],
+            "database \"no_such_database\" does not exist",
+        ),
+        (
+            url.clone(),
+            vec!["--schema", schema.as_str()],
+            "does not exist",
+        ),
+    ] {
+        let output = status(&store, &extra);
+        assert_eq!(code(&output), 1, "{}", show(&output));
+        let err = text(&output.stderr);
+        assert!(err.contains(what), "{err}");
+        assert!(err.contains("nothing has been synced there"), "{err}");
+        assert!(!err.contains("create_if_missing"), "{err}");
+        assert!(!err.contains("creating a new object"), "{err}");
+    }
+    // A schema with the store's tables, but not this records table.
+    let output = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--store",
+        &url,
+        "--schema",
+        &schema,
+        "--fetch-cmd",
+        &format!("{} {{day}} --records 1", sample()),
+    ]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let output = status(&url, &["--schema", &schema, "--table", "other_records"]);
+    assert_eq!(code(&output), 1, "{}", show(&output));
+    let err = text(&output.stderr);
+    assert!(err.contains("nothing has been synced there"), "{err}");
+    assert!(!err.contains("create_if_missing"), "{err}");
+}
+
+/// `status` with no range is the last 30 days, today included; in a pipe
+/// a run of missing days is one line and the totals end it; a calendar
+/// fits `COLUMNS`.
+#[test]
+fn status_defaults_to_30_days_folds_missing_days_and_fits_the_width() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(backfill(dir.path()).args([
+        "sync",
+        "--day",
+        "today",
+        "--fetch-cmd",
+        &format!("{} {{day}} --records 2", sample()),
+    ]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let today = chrono::Utc::now().date_naive();
+
+    let output = run(backfill(dir.path()).args(["status", "--json"]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let days = json(&output);
+    let days = days.as_array().unwrap();
+    assert_eq!(days.len(), 30);
+    assert_eq!(days[29]["day"], today.to_string());
+    assert_eq!(days[29]["state"], "synced");
+    assert_eq!(days[0]["day"], (today - chrono::Days::new(29)).to_string());
+
+    let output = run(backfill(dir.path()).arg("status"));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let out = text(&output.stdout);
+    assert_eq!(out.lines().count(), 4, "{out}");
+    assert!(out.contains("missing (29 days)"), "{out}");
+    assert!(
+        out.trim_end()
+            .ends_with("30 days: 1 synced, 0 failed, 29 missing"),
+        "{out}"
+    );
+
+    let output = run(backfill(dir.path())
+        .args(["status", "--format", "calendar"])
+        .env("COLUMNS", "32"));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let out = text(&output.stdout);
+    for line in out.lines() {
+        assert!(line.chars().count() <= 32, "{line:?}\n{out}");
+    }
+}
+
+/// After a Ctrl-C the days not started are one line, and stderr ends with
+/// the command that runs what is left, which does.
+#[tokio::test]
+async fn sigint_says_the_days_left_on_one_line_and_how_to_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let fetch = format!("sleep 0.5; {} {{day}} --records 10", sample());
+    let child = range(&mut backfill(dir.path()), 1, 20)
+        .args(["--fetch-cmd", &fetch])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(code(&output), 130, "{}", show(&output));
+    let out = text(&output.stdout);
+    assert_eq!(out.matches("not started").count(), 1, "{out}");
+    assert!(
+        out.contains(" … 2026-01-20  not started (stopped): "),
+        "{out}"
+    );
+    let lines = stderr_lines(&output);
+    let resume = lines.last().unwrap().trim();
+    assert!(
+        resume.starts_with(
+            "backfill backfill --from 2026-01-01 --to 2026-01-20 --only missing-or-failed"
+        ),
+        "{}",
+        show(&output)
+    );
+    // As a person pastes it: through the shell, `backfill` on the PATH.
+    let path = format!(
+        "{}:{}",
+        Path::new(BIN).parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut shell = Command::new("sh");
+    shell
+        .args(["-c", resume])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .env("PATH", path);
+    for (name, _) in std::env::vars() {
+        if name.starts_with("BACKFILL_") {
+            shell.env_remove(name);
+        }
+    }
+    let output = run(&mut shell);
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    assert_eq!(sqlite(dir.path()).await.rows().await.unwrap().len(), 200);
+}
+
+/// On a terminal, nothing redraws the progress bar after the last lines:
+/// neither after the report of a run stopped by Ctrl-C, nor after the
+/// message of a second Ctrl-C. The terminal is `script`'s pseudo-terminal.
+#[test]
+fn the_progress_bar_is_not_redrawn_after_the_last_message() {
+    if Command::new("script").arg("--version").output().is_err() {
+        backfill_testkit::skip("no `script` (util-linux) for a pseudo-terminal");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pid = dir.path().join("pid");
+    for (fetch, interrupts, last) in [
+        // The fetch's parent is the command: its pid is `$PPID`.
+        ("echo $PPID > {pid}; sleep 30", 2, "interrupted again"),
+        ("echo $PPID > {pid}; sleep 1", 1, "to resume"),
+    ] {
+        let _ = std::fs::remove_file(&pid);
+        let typescript = dir.path().join("typescript");
+        let fetch = fetch.replace("{pid}", &pid.display().to_string());
+        let line =
+            format!("{BIN} backfill --from 2026-01-01 --to 2026-01-09 --fetch-cmd '{fetch}'");
+        let mut script = Command::new("script");
+        script
+            .args(["-q", "-f", "-e", "-c", &line])
+            .arg(&typescript)
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = script.spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let command = loop {
+            if let Some(pid) = std::fs::read_to_string(&pid)
+                .ok()
+                .and_then(|p| p.trim().parse::<i32>().ok())
+            {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "the fetch never started");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        for _ in 0..interrupts {
+            std::thread::sleep(Duration::from_millis(500));
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(command),
+                nix::sys::signal::Signal::SIGINT,
+            )
+            .unwrap();
+        }
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(130));
+        let screen = String::from_utf8_lossy(&std::fs::read(&typescript).unwrap()).into_owned();
+        let at = screen
+            .rfind(last)
+            .unwrap_or_else(|| panic!("no {last:?} in {screen:?}"));
+        let after = &screen[at..];
+        assert!(
+            !after.contains("/9 days"),
+            "the bar after {last:?}: {after:?}"
+        );
+        assert!(after.contains("--only missing-or-failed"), "{after:?}");
+    }
 }
 
 // Faults of the fetch, the store and the process itself (issue 17 §1,

@@ -34,7 +34,9 @@ impl ReplaceGuard {
     }
 
     /// Whether an empty listing may delete a day's live rows (default
-    /// false).
+    /// false). An allowed empty listing empties the day whatever
+    /// [`max_delete_fraction`](Self::max_delete_fraction) says: allowing
+    /// it says the day may really become empty.
     pub fn allow_empty(mut self, allow: bool) -> Self {
         self.allow_empty = allow;
         self
@@ -54,8 +56,8 @@ impl ReplaceGuard {
         if would_delete == 0 {
             return None;
         }
-        if empty && !self.allow_empty {
-            return Some(Refusal::EmptyListing);
+        if empty {
+            return (!self.allow_empty).then_some(Refusal::EmptyListing);
         }
         match self.max_delete_fraction {
             Some(max) if would_delete as f64 > max * live as f64 => {
@@ -88,5 +90,23 @@ impl fmt::Display for Refusal {
                 write!(f, "more than {:.1}% of the day", max_fraction * 100.0)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_allowed_empty_listing_is_not_held_to_the_fraction() {
+        let guard = ReplaceGuard::default().max_delete_fraction(0.5);
+        assert_eq!(guard.check(true, 10, 10), Some(Refusal::EmptyListing));
+        assert_eq!(guard.allow_empty(true).check(true, 10, 10), None);
+        assert_eq!(
+            guard.allow_empty(true).check(false, 6, 10),
+            Some(Refusal::TooLarge { max_fraction: 0.5 })
+        );
+        assert_eq!(guard.check(false, 5, 10), None);
+        assert_eq!(ReplaceGuard::default().check(false, 10, 10), None);
     }
 }

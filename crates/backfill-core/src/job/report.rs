@@ -228,15 +228,22 @@ impl fmt::Display for RunReport {
         for failure in failed {
             writeln!(f, "{failure}")?;
         }
-        for day in &self.skipped {
-            // Not stopped by the caller: by a failed day, under fail-fast
-            // or for a fatal error.
-            let why = if self.stopped {
-                "stopped"
-            } else {
-                "stopped by a failed day"
-            };
-            writeln!(f, "{day:<10}  not started ({why})")?;
+        // One line however many: a run stopped early can leave hundreds.
+        // Not stopped by the caller: by a failed day, under fail-fast or
+        // for a fatal error.
+        let why = if self.stopped {
+            "stopped"
+        } else {
+            "stopped by a failed day"
+        };
+        match self.skipped.as_slice() {
+            [] => {}
+            [day] => writeln!(f, "{day:<10}  not started ({why})")?,
+            [first, .., last] => writeln!(
+                f,
+                "{first} … {last}  not started ({why}): {} days",
+                self.skipped.len()
+            )?,
         }
         let attempts = self.days.iter().map(|d| d.attempts).sum();
         line(f, "total", &self.totals(), attempts, self.elapsed)?;
@@ -278,5 +285,30 @@ impl fmt::Display for NotSelectedSummary<'_> {
             }
         }
         write!(f, " ({})", parts.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn days_not_started_are_one_line() {
+        let jan = |d| NaiveDate::from_ymd_opt(2026, 1, d).unwrap();
+        let mut report = RunReport::new((1..=25).map(jan).collect());
+        report.days.push(DayReport::new(jan(1), Counts::default()));
+        report.skipped = (2..=25).map(jan).collect();
+        report.stopped = true;
+        let text = report.to_string();
+        assert!(
+            text.contains("\n2026-01-02 … 2026-01-25  not started (stopped): 24 days\n"),
+            "{text}"
+        );
+        assert_eq!(text.matches("not started").count(), 1, "{text}");
+        report.skipped = vec![jan(25)];
+        report.stopped = false;
+        assert!(report
+            .to_string()
+            .contains("\n2026-01-25  not started (stopped by a failed day)\n"));
     }
 }
