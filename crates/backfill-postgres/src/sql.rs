@@ -328,6 +328,9 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
+    /// Every statement's text for `schema`.`table`. Long because it is the
+    /// store's whole SQL, one field after another, each text beside the
+    /// names it is built from; a reader looks a statement up here by name.
     pub(crate) fn new(schema: &str, table: &str) -> Self {
         let t = qualified(schema, table);
         let days = qualified(schema, DAYS_TABLE);

@@ -83,6 +83,10 @@ pub(crate) fn prepare(conn: &Connection, table: &str, read_only: bool) -> Result
 /// Checks every table and, with [`Access::Write`], creates or upgrades
 /// what is missing. Returns whether all was in place (always `true` unless
 /// [`Access::Look`] found something to do).
+///
+/// Long on purpose: the steps from "nothing there" to the current version
+/// read in the order they run, each with the check that guards it, and
+/// splitting them would scatter that order over several functions.
 fn bring_up(conn: &Connection, table: &str, access: Access) -> Result<bool> {
     let records = sql::records_table(table, SCHEMA_VERSION);
     let metadata = [sql::tables_table(), sql::days_table(SCHEMA_VERSION)];

@@ -82,6 +82,10 @@ fn in_column(column: &str, problem: impl Into<String>) -> Difference {
     Difference::new(Some(column), problem)
 }
 
+/// Every way the existing table differs from `def`. Long because it is one
+/// list of checks (kind, STRICT, columns, types, NULLs, defaults, primary
+/// key, collations, unique indexes, foreign keys, CHECKs), read top to
+/// bottom like the table definition it compares with.
 fn differences(conn: &Connection, def: &TableDef) -> rusqlite::Result<Vec<Difference>> {
     let table = def.name.as_str();
     let mut found = Vec::new();
