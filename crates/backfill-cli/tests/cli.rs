@@ -1068,7 +1068,8 @@ async fn postgres_errors_read_like_the_server_and_status_finds_nothing_synced() 
         "--fetch-cmd",
         "true",
     ]));
-    assert_eq!(code(&output), 1, "{}", show(&output));
+    // A refused connection is a store that cannot be reached: exit 3.
+    assert_eq!(code(&output), 3, "{}", show(&output));
     let err = text(&output.stderr);
     assert!(!err.contains("creating a new object"), "{err}");
     assert!(err.contains("Connection refused"), "{err}");
