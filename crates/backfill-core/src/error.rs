@@ -233,6 +233,19 @@ impl Error {
 #[derive(Debug)]
 pub struct Transient(BoxError);
 
+/// Whether `error` or any of its causes is a `T`: how [`Transient`] and
+/// [`Fatal`] are found under the caller's own error types and contexts.
+fn in_chain<T: std::error::Error + 'static>(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error.is::<T>() {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
 impl Transient {
     /// Wraps `error` as transient.
     pub fn new(error: impl Into<BoxError>) -> Self {
@@ -246,14 +259,7 @@ impl Transient {
 
     /// Whether `error` or any of its causes is a `Transient`.
     fn is_in(error: &(dyn std::error::Error + 'static)) -> bool {
-        let mut cause = Some(error);
-        while let Some(error) = cause {
-            if error.is::<Transient>() {
-                return true;
-            }
-            cause = error.source();
-        }
-        false
+        in_chain::<Transient>(error)
     }
 }
 
@@ -312,14 +318,7 @@ impl Fatal {
 
     /// Whether `error` or any of its causes is a `Fatal`.
     fn is_in(error: &(dyn std::error::Error + 'static)) -> bool {
-        let mut cause = Some(error);
-        while let Some(error) = cause {
-            if error.is::<Fatal>() {
-                return true;
-            }
-            cause = error.source();
-        }
-        false
+        in_chain::<Fatal>(error)
     }
 }
 
