@@ -21,7 +21,8 @@ use crate::Measurement;
 use measure::Run;
 
 /// Runs every scenario on one kind of store, in order, group by group
-/// (`--only` picks groups; see [`crate::settings::GROUPS`]).
+/// (`--only` picks groups; see [`crate::settings::GROUPS`]), then drops
+/// the tables it made, whether or not a scenario failed.
 pub(crate) async fn run_store(
     kind: Kind,
     s: &Settings,
@@ -29,39 +30,48 @@ pub(crate) async fn run_store(
 ) -> Result<Vec<Measurement>, String> {
     let mut run = Run::new(kind, s, quiet).await?;
     let mut out = Vec::new();
+    let result = run_groups(&mut run, &mut out).await;
+    if let Err(e) = run.env.drop_schemas().await {
+        run.log(&format!("left its tables behind: {e}"));
+    }
+    result.map(|()| out)
+}
+
+async fn run_groups(run: &mut Run<'_>, out: &mut Vec<Measurement>) -> Result<(), String> {
+    let (s, kind) = (run.s, run.kind);
     if s.runs("backfill") {
-        backfill_group(&mut run, &mut out).await?;
+        backfill_group(run, out).await?;
     }
     if s.runs("scale") {
         run.log("scale");
-        out.push(scale::scale(&mut run).await?);
+        out.push(scale::scale(run).await?);
     }
     if s.runs("parallel") {
         run.log("parallel");
-        out.push(parallel::parallel(&mut run).await?);
+        out.push(parallel::parallel(run).await?);
     }
     if s.runs("big") {
-        big_group(&mut run, &mut out).await?;
+        big_group(run, out).await?;
     }
     if s.runs("cli_ingest") && kind != Kind::Memory {
         run.log("cli_ingest");
-        out.push(cli::cli_ingest(&mut run).await?);
+        out.push(cli::cli_ingest(run).await?);
     }
     if s.large && kind != Kind::Memory {
         if s.runs("big") {
             run.log("stream_day");
-            out.push(big::stream_day(&mut run).await?);
+            out.push(big::stream_day(run).await?);
         }
         if s.runs("scale") {
             run.log("scale_large");
-            out.push(scale::scale_large(&mut run).await?);
+            out.push(scale::scale_large(run).await?);
         }
     }
     // The memory store is the friendly-key scenarios' reference only.
     if s.runs("random") && kind != Kind::Memory {
-        random_group(&mut run, &mut out).await?;
+        random_group(run, out).await?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The whole dataset, its re-runs, then single days into the table it

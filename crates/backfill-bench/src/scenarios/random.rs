@@ -16,7 +16,7 @@ use super::measure::{
 };
 use crate::dataset::{fetch_from, keyed_day, keyed_record, nth_day, Feed, Keys, CHUNK};
 use crate::settings::Settings;
-use crate::stores::{peak_rss, Kind, Target};
+use crate::stores::{peak_rss, reset_peak_rss, Kind, Target};
 use crate::Measurement;
 
 /// Every day of the dataset with random keys, in day order.
@@ -328,12 +328,14 @@ pub(crate) async fn random_large(run: &mut Run<'_>) -> Result<[Measurement; 2], 
     // Ours first: the floors after it find a table no colder.
     let day = nth_day(0);
     let feed = Feed::new([(day, new_day(0))]);
+    reset_peak_rss();
     let started = Instant::now();
     let report = job_at(1)
         .sync_day(big.store(), &|d| fetch_from(&feed, d), day)
         .await
         .map_err(|e| e.to_string())?;
     let seconds = started.elapsed().as_secs_f64();
+    let peak = peak_rss();
     if report.counts.inserted != u64::from(s.per_day) {
         return Err(format!("random_large inserted {:?}", report.counts));
     }
@@ -354,7 +356,7 @@ pub(crate) async fn random_large(run: &mut Run<'_>) -> Result<[Measurement; 2], 
         seconds,
         baseline: Some(kind.floor()),
         baseline_seconds: Some(copy),
-        peak_rss_bytes: peak_rss(),
+        peak_rss_bytes: peak,
         target: format!("measured: vs {}", floor_text(kind)),
         detail: format!(
             "one day of {} records, random keys, into {held} rows, against {} of another such day",

@@ -116,6 +116,27 @@ impl Env {
 }
 
 impl Env {
+    /// Drops every Postgres schema this run made (a server given by
+    /// `BACKFILL_PG_URL` outlives the run; a `--large` run leaves gigabytes
+    /// behind otherwise). SQLite's files go with the temporary directory.
+    pub(crate) async fn drop_schemas(&self) -> Result<(), String> {
+        let Some(url) = &self.pg_url else {
+            return Ok(());
+        };
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(connection);
+        for n in 1..=self.made {
+            let schema = format!("bench_{}_{n}", std::process::id());
+            client
+                .batch_execute(&format!(r#"DROP SCHEMA IF EXISTS "{schema}" CASCADE"#))
+                .await
+                .map_err(|e| format!("dropping {schema}: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// Where a child process finds `target`: `sqlite <path>` or
     /// `postgres <schema> <url>` (`None` for the memory store).
     pub(crate) fn locate(&self, target: &Target) -> Option<Vec<String>> {
