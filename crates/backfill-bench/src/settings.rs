@@ -49,7 +49,7 @@ pub(crate) const GROUPS: [(&str, &[&str]); 6] = [
     ("scale", &["scale", "scale_large"]),
     ("parallel", &["parallel"]),
     ("big", &["big_day", "big_rerun", "big_stream", "stream_day"]),
-    ("cli_ingest", &["cli_ingest"]),
+    ("cli_ingest", &["cli_ingest", "cli_rerun_skip"]),
     (
         "random",
         &[

@@ -1056,6 +1056,40 @@ fn sqlite_store_mistakes_say_what_to_write() {
     );
 }
 
+/// A server that accepts connections and never answers (a hung host, a
+/// proxy with nothing behind it) is a store out of reach: exit 3 once the
+/// URL's `connect_timeout` has passed, not a command that hangs.
+#[test]
+fn a_postgres_that_accepts_and_never_answers_is_out_of_reach() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accept every connection and hold it open without a word.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("postgres://app@127.0.0.1:{port}/db?connect_timeout=1");
+    let started = Instant::now();
+    let output = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--store",
+        &store,
+        "--fetch-cmd",
+        "true",
+    ]));
+    assert_eq!(code(&output), 3, "{}", show(&output));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let err = text(&output.stderr);
+    assert!(err.contains("did not answer"), "{err}");
+    assert!(!err.contains("creating a new object"), "{err}");
+}
+
 /// Postgres errors are the server's or the driver's, without the pool's
 /// wording; `status` on a database, schema or table that does not exist
 /// says nothing has been synced there, as it does for SQLite.

@@ -2,20 +2,22 @@
 //! (the tables themselves are `migrate.rs`'s).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use backfill_core::adapter::check_identifier;
 use backfill_core::{Error, Result};
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use tokio_postgres::{Config, NoTls};
 
-use crate::error::open_error;
+use crate::error::{open_error, NoAnswer};
 use crate::migrate;
 use crate::sql::{self, Statements};
 use crate::store::PostgresStore;
 #[cfg(feature = "tls")]
 use crate::tls::Tls;
 use crate::{
-    DEFAULT_PAGE_BYTES, DEFAULT_PAGE_ROWS, DEFAULT_SCHEMA, DEFAULT_TABLE, MAX_VALUE_BYTES,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PAGE_BYTES, DEFAULT_PAGE_ROWS, DEFAULT_SCHEMA, DEFAULT_TABLE,
+    MAX_VALUE_BYTES,
 };
 
 /// Options for a [`PostgresStore`].
@@ -27,6 +29,7 @@ pub struct PostgresStoreBuilder {
     page_bytes: usize,
     pool_size: usize,
     create_if_missing: bool,
+    connect_timeout: Option<Duration>,
     #[cfg(feature = "tls")]
     tls: Option<Tls>,
 }
@@ -40,6 +43,7 @@ impl Default for PostgresStoreBuilder {
             page_bytes: DEFAULT_PAGE_BYTES,
             pool_size: 8,
             create_if_missing: true,
+            connect_timeout: None,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -109,6 +113,23 @@ impl PostgresStoreBuilder {
         self
     }
 
+    /// How long making one connection of the pool may take — TCP, TLS,
+    /// the startup and authentication exchange — before it fails as timed
+    /// out. By default the connection string's `connect_timeout` (seconds)
+    /// if it has one, else [`DEFAULT_CONNECT_TIMEOUT`] (30 s). Opening
+    /// makes a connection, so a server that accepts connections and never
+    /// answers fails opening with [`Error::Open`] (its source a
+    /// [`deadpool_postgres::PoolError::Timeout`]) rather than hanging it;
+    /// a day whose connection cannot be made in time fails as retryable.
+    /// Ignored by [`connect_pool`](PostgresStoreBuilder::connect_pool),
+    /// whose pool has its own timeouts.
+    ///
+    /// [`Error::Open`]: backfill_core::Error::Open
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
     /// Connects with a connection string (`postgres://user:pass@host/db` or
     /// `host=… user=…`): over TLS and only over TLS if
     /// [`tls`](PostgresStoreBuilder::tls) was set, else in plain text.
@@ -145,8 +166,12 @@ impl PostgresStoreBuilder {
     /// As [`PostgresStoreBuilder::connect`].
     pub async fn connect_with(self, config: Config) -> Result<PostgresStore> {
         self.check_names()?;
+        let timeout = self
+            .connect_timeout
+            .or_else(|| config.get_connect_timeout().copied())
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         let manager = self.manager(config)?;
-        self.pool_from(manager).await
+        self.pool_from(manager, timeout).await
     }
 
     /// The pool's manager: TLS if set, else plain text.
@@ -171,9 +196,11 @@ impl PostgresStoreBuilder {
         self
     }
 
-    async fn pool_from(self, manager: Manager) -> Result<PostgresStore> {
+    async fn pool_from(self, manager: Manager, timeout: Duration) -> Result<PostgresStore> {
         let pool = Pool::builder(manager)
             .max_size(self.pool_size)
+            .runtime(Runtime::Tokio1)
+            .create_timeout(Some(timeout))
             .build()
             .map_err(open_error)?;
         self.open_on(pool).await
@@ -202,7 +229,13 @@ impl PostgresStoreBuilder {
     async fn open_on(self, pool: Pool) -> Result<PostgresStore> {
         self.check_names()?;
         let (schema, name) = (self.schema.as_str(), self.table.as_str());
-        let mut client = pool.get().await.map_err(open_error)?;
+        let mut client = pool.get().await.map_err(|e| match e {
+            PoolError::Timeout(_) => open_error(NoAnswer {
+                after: create_timeout(&pool),
+                source: e,
+            }),
+            e => open_error(e),
+        })?;
         let tx = client.transaction().await.map_err(open_error)?;
         migrate::prepare(&tx, schema, name, self.create_if_missing).await?;
         tx.commit().await.map_err(open_error)?;
@@ -227,6 +260,13 @@ impl PostgresStoreBuilder {
         }
         Ok(())
     }
+}
+
+/// The timeout a connection of `pool` timed out under (a pool of the
+/// caller's may have no create timeout, only a wait timeout).
+fn create_timeout(pool: &Pool) -> Duration {
+    let timeouts = pool.timeouts();
+    timeouts.create.or(timeouts.wait).unwrap_or_default()
 }
 
 fn manager_config() -> ManagerConfig {

@@ -52,6 +52,31 @@ pub(crate) fn pool_error(e: PoolError) -> Error {
     Error::backend(BACKEND, retryable, e)
 }
 
+/// A connection the pool could not make within its connect timeout: the
+/// server accepted nothing, or accepted and never answered. Its source is
+/// the pool's [`PoolError::Timeout`].
+#[derive(Debug)]
+pub(crate) struct NoAnswer {
+    pub(crate) after: std::time::Duration,
+    pub(crate) source: PoolError,
+}
+
+impl std::fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no connection made within {:?}: the server did not answer (connect_timeout)",
+            self.after
+        )
+    }
+}
+
+impl std::error::Error for NoAnswer {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
 /// Any error met while opening the store.
 pub(crate) fn open_error(e: impl Into<backfill_core::BoxError>) -> Error {
     Error::open(BACKEND, e)

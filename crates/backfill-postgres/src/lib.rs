@@ -293,6 +293,11 @@ const BACKEND: &str = "postgres";
 pub const DEFAULT_SCHEMA: &str = "public";
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "backfill_records";
+/// How long making one connection may take by default — TCP, TLS, the
+/// startup and authentication exchange — before it fails as timed out: 30 s.
+/// A server that accepts connections and never answers (a hung host, a
+/// proxy with nothing behind it) fails opening instead of hanging it.
+pub const DEFAULT_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// The default number of records sent per statement.
 pub const DEFAULT_PAGE_ROWS: usize = 10_000;
 /// The default number of bytes (keys and values, plus a little per row)

@@ -286,9 +286,10 @@ pub(crate) struct Statements {
     /// The advisory locks of some days, in date order: `$1` the days,
     /// `$2` whether each is locked exclusively (else shared).
     pub(crate) lock_days: String,
-    /// Whether any of days `$1` has a listing watermark. Read after the
-    /// days are locked: with their shared lock held, no listing can set one
-    /// before the transaction ends.
+    /// Whether any of days `$1` has a listing watermark, and whether day
+    /// `$2` was ever synced (its ledger has a success). Read after the
+    /// days are locked: with their shared lock held, no listing can set a
+    /// watermark before the transaction ends.
     pub(crate) watermarked: String,
     /// Whether no stored key lies in `[$1, $2]`: one index descent.
     pub(crate) key_range_empty: String,
@@ -364,7 +365,9 @@ FROM (SELECT * FROM unnest($1::date[], $2::bool[]) AS u(day, exclusive)
             ),
             watermarked: format!(
                 "SELECT EXISTS (SELECT 1 FROM {days} WHERE records_table = {name} \
-                 AND day = ANY($1::date[]) AND listing_watermark IS NOT NULL)"
+                 AND day = ANY($1::date[]) AND listing_watermark IS NOT NULL), \
+                 EXISTS (SELECT 1 FROM {days} WHERE records_table = {name} \
+                 AND day = $2::date AND synced_at IS NOT NULL)"
             ),
             // COLLATE "C", as the column: the range is the primary key's
             // byte order, whatever the database's default collation.
@@ -445,21 +448,25 @@ WITH incoming AS (
            count(*) FILTER (WHERE w.deleted) AS deleted,
            count(*) AS written
     FROM written w JOIN classified c ON c.key = w.key
+), decided AS (
+    -- Every decision's count in one pass over the slice.
+    SELECT count(*) FILTER (WHERE action = 'n') AS unchanged,
+           count(*) FILTER (WHERE action = 's') AS stale,
+           count(*) FILTER (WHERE action = 'w') AS to_write
+    FROM classified
 )
 SELECT
-    o.inserted, o.updated, o.deleted,
-    (SELECT count(*) FROM classified WHERE action = 'n') AS unchanged,
-    (SELECT count(*) FROM classified WHERE action = 's') AS stale,
+    o.inserted, o.updated, o.deleted, d.unchanged, d.stale,
     -- Rows meant to be written that the upsert left alone: normally none,
     -- and then not even looked for. EXCEPT hashes or sorts; it can never
     -- become a nested loop over the slice.
-    CASE WHEN (SELECT count(*) FROM classified WHERE action = 'w') <> o.written
+    CASE WHEN d.to_write <> o.written
     THEN (SELECT array_agg(key) FROM (
               SELECT key FROM classified WHERE action = 'w'
               EXCEPT ALL
               SELECT key FROM written) AS skipped)
     END AS raced
-FROM outcome o
+FROM outcome o, decided d
 "#
             ),
             live: format!("SELECT count(*) FROM {t} WHERE event_date = $1 AND NOT deleted"),

@@ -62,24 +62,15 @@ pub(crate) const MAX_SUBTRANSACTIONS: usize = 64;
 /// So does dropping the future.
 pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Result<Counts> {
     let (rows, bytes) = (store.page_rows, store.page_bytes);
-    // Each page's values are checked as it is read (which may block briefly
-    // on the local disk: the job's temporary files, as `DayWrite`
-    // documents); the first page before a connection is even taken, so a
-    // batch's bad value sends nothing.
-    let next_page = |day: &mut DayWrite| -> Result<Option<Vec<Record>>> {
-        let page = day.next_page(rows, bytes)?;
-        if let Some(page) = &page {
-            check_value_sizes(page, MAX_VALUE_BYTES)?;
-        }
-        Ok(page)
-    };
-    let mut page = next_page(&mut day)?;
+    // Each page's values are checked as it is read; the first page before a
+    // connection is even taken, so a batch's bad value sends nothing.
+    let mut page = next_page(&mut day, rows, bytes)?;
     let sql = &store.sql;
     let mut client = store.client().await?;
     let tx = client.transaction().await.map_err(pg_error)?;
 
     // 1.
-    let marked = lock_days(&tx, sql, &day).await?;
+    let Locked { marked, synced } = lock_days(&tx, sql, &day).await?;
     let mut writes = Writes {
         // A day with a listing watermark may bury a record, which only the
         // merge decides: no COPY then.
@@ -100,6 +91,7 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Resul
             )),
         },
         merge: tx.prepare_cached(&sql.merge).await.map_err(pg_error)?,
+        copy_first: !synced,
         rows,
         bytes,
         subtransactions: 0,
@@ -113,11 +105,31 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Resul
     // listing's tombstones.
     let mut counts = Counts::default();
     while let Some(records) = page {
+        // The next page is read (a streamed day's: merged from its
+        // temporary files) on the blocking pool while the server writes
+        // this one. A batch is one page: its "next" is at once `None`.
+        let reading = match day.is_done() {
+            true => Err(day),
+            false => Ok(tokio::task::spawn_blocking(move || {
+                let next = next_page(&mut day, rows, bytes);
+                (day, next)
+            })),
+        };
         writes.page(&tx, &records, &mut counts).await?;
+        let (back, next) = match reading {
+            Err(day) => (day, None),
+            Ok(reading) => {
+                let (day, next) = reading.await.map_err(|e| {
+                    Error::backend(BACKEND, false, format!("reading the next page: {e}"))
+                })?;
+                (day, next?)
+            }
+        };
+        day = back;
         if let Some(unlisted) = &mut unlisted {
-            unlisted.page(&tx, &day, &records, day.is_done()).await?;
+            unlisted.page(&tx, &day, &records, next.is_none()).await?;
         }
-        page = next_page(&mut day)?;
+        page = next;
     }
     if let Some(unlisted) = unlisted {
         let n = unlisted.finish(&tx, sql, &day).await?;
@@ -131,27 +143,55 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Resul
     Ok(counts)
 }
 
-/// Step 1: locks the days an apply reads or raises the watermark of, and
-/// reads whether any of them has a watermark, in one round trip.
-async fn lock_days(tx: &Transaction<'_>, sql: &Statements, day: &DayWrite) -> Result<bool> {
+/// What step 1 read once the days were locked.
+#[derive(Debug, Clone, Copy, Default)]
+struct Locked {
+    /// Whether any locked day has a listing watermark.
+    marked: bool,
+    /// Whether the apply's own day was synced before (its ledger holds a
+    /// success).
+    synced: bool,
+}
+
+/// The day's next page, its values checked against [`MAX_VALUE_BYTES`]
+/// (reading may block on the local disk: the job's temporary files, as
+/// `DayWrite` documents).
+fn next_page(day: &mut DayWrite, rows: usize, bytes: usize) -> Result<Option<Vec<Record>>> {
+    let page = day.next_page(rows, bytes)?;
+    if let Some(page) = &page {
+        check_value_sizes(page, MAX_VALUE_BYTES)?;
+    }
+    Ok(page)
+}
+
+/// What step 1 read an apply reads or raises the watermark of, and
+/// reads whether any of them has a watermark and whether the day was
+/// synced before, in one round trip.
+async fn lock_days(tx: &Transaction<'_>, sql: &Statements, day: &DayWrite) -> Result<Locked> {
     let (days, exclusive) = days_to_lock(day.days().to_vec(), day.day(), day.as_of().is_some());
     if days.is_empty() {
-        return Ok(false);
+        return Ok(Locked::default());
     }
     let lock = tx.prepare_cached(&sql.lock_days).await.map_err(pg_error)?;
     let watermarked = tx
         .prepare_cached(&sql.watermarked)
         .await
         .map_err(pg_error)?;
-    let (locked, marked) = join2(
+    let (locked, read) = join2(
         tx.execute(&lock, &[&days, &exclusive]),
         // A statement of its own, after the locks: its snapshot is taken
         // once they are held.
-        async { tx.query_one(&watermarked, &[&days]).await?.try_get(0) },
+        async {
+            let row = tx.query_one(&watermarked, &[&days, &day.day()]).await?;
+            Ok::<_, tokio_postgres::Error>(Locked {
+                marked: row.try_get(0)?,
+                synced: row.try_get(1)?,
+            })
+        },
     )
     .await;
     locked.map_err(pg_error)?;
-    marked.map_err(pg_error)
+    read.map_err(pg_error)
 }
 
 /// Step 3: a listing's tombstones of the day's live rows it lacks, range by
@@ -320,6 +360,10 @@ struct Writes {
     copy: Option<(CopyChecks, Statement)>,
     /// `Statements::merge`.
     merge: Statement,
+    /// Whether a slice is copied without first checking that none of its
+    /// keys is stored: while the day was never synced before and no COPY
+    /// of the apply has met a stored key.
+    copy_first: bool,
     /// The store's slice bounds.
     rows: usize,
     bytes: usize,
@@ -341,6 +385,13 @@ impl Writes {
     /// refuses a key another writer inserted after the check, with
     /// `unique_violation`, after waiting for that writer if it has not
     /// committed yet. Every other slice is merged.
+    ///
+    /// A day never synced before holds no rows of its own, so its slices
+    /// are copied without the check (which costs a probe per key when the
+    /// keys interleave with the table's): a stored key the COPY meets
+    /// after all — another writer's, or a record first stored under
+    /// another date — is handled exactly as a lost race, below, and the
+    /// apply's later pages check first.
     ///
     /// That `unique_violation` aborts the statement, so the page's first
     /// COPY is preceded by a savepoint: on a lost race the page rolls back
@@ -372,8 +423,14 @@ impl Writes {
         // the counts then.
         let mut saved: Option<(usize, Counts)> = None;
         for (i, slice) in slices.iter().enumerate() {
+            // Copied unchecked only where a stored key costs no more than
+            // a lost race: under a savepoint this page holds or may take.
+            let unchecked =
+                self.copy_first && (saved.is_some() || self.subtransactions < MAX_SUBTRANSACTIONS);
             let copy = match &self.copy {
-                Some((checks, copy)) => checks.none_stored(tx, slice).await?.then_some(copy),
+                Some((checks, copy)) => {
+                    (unchecked || checks.none_stored(tx, slice).await?).then_some(copy)
+                }
                 None => None,
             };
             let Some(copy) = copy else {
@@ -409,6 +466,9 @@ impl Writes {
                     tx.batch_execute(ROLLBACK_TO_SAVEPOINT)
                         .await
                         .map_err(pg_error)?;
+                    // Stored keys (another writer's, or the day's own under
+                    // another date): the apply's later pages check first.
+                    self.copy_first = false;
                     *counts = before;
                     for slice in &slices[from..] {
                         merge_records(tx, &self.merge, slice, counts).await?;

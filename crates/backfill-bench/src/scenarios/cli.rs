@@ -5,7 +5,9 @@ use std::time::Instant;
 
 use backfill_cli::fetch::FileFetch;
 
-use super::measure::{job, Run};
+use backfill_core::Fetch;
+
+use super::measure::{check, delta, job, Run};
 use crate::dataset::{day_records, fetch_from, nth_day, Feed};
 use crate::stores::{peak_rss, reset_peak_rss};
 use crate::Measurement;
@@ -13,7 +15,7 @@ use crate::Measurement;
 /// `cli_ingest`: the dataset as JSON Lines files, one per day, read and
 /// parsed by the command's fetcher (`--fetch-files`), against the same
 /// records handed to the same job in memory.
-pub(crate) async fn cli_ingest(run: &mut Run<'_>) -> Result<Measurement, String> {
+pub(crate) async fn cli_ingest(run: &mut Run<'_>) -> Result<Vec<Measurement>, String> {
     let s = run.s;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut days = Vec::new();
@@ -63,7 +65,7 @@ pub(crate) async fn cli_ingest(run: &mut Run<'_>) -> Result<Measurement, String>
         }
     }
     let ratio = library / files;
-    Ok(Measurement {
+    let ingest = Measurement {
         rows: s.rows(),
         seconds: files,
         baseline: Some("library_in_memory"),
@@ -76,5 +78,101 @@ pub(crate) async fn cli_ingest(run: &mut Run<'_>) -> Result<Measurement, String>
             s.days, s.concurrency
         ),
         ..run.line("cli_ingest")
+    };
+    let rerun = cli_rerun_skip(run, &dir, range).await?;
+    Ok(vec![ingest, rerun])
+}
+
+/// `cli_rerun_skip`: the same files again with `--skip-unchanged`, into
+/// the table they filled, against what no re-run can avoid — reading and
+/// parsing every file, with no store (each day's stream drained, as many
+/// days at once as the job runs). Every day is skipped by its digest:
+/// nothing written, no record read back.
+async fn cli_rerun_skip(
+    run: &mut Run<'_>,
+    dir: &tempfile::TempDir,
+    range: std::ops::RangeInclusive<chrono::NaiveDate>,
+) -> Result<Measurement, String> {
+    use futures_util::StreamExt;
+
+    let s = run.s;
+    let fetch = FileFetch::new(format!("{}/{{day}}.jsonl", dir.path().display()));
+    let days: Vec<_> = (0..s.days).map(nth_day).collect();
+    let mut parse = f64::MAX;
+    for _ in 0..s.repeat {
+        let started = Instant::now();
+        let counted: Vec<Result<usize, String>> = futures_util::stream::iter(&days)
+            .map(|&day| {
+                let fetch = &fetch;
+                async move {
+                    let fetched = fetch.fetch(day).await.map_err(|e| e.to_string())?;
+                    let (records, _) = fetched.collect().await.map_err(|e| e.to_string())?;
+                    Ok(records.len())
+                }
+            })
+            .buffer_unordered(s.concurrency)
+            .collect()
+            .await;
+        let parsed = counted.into_iter().sum::<Result<usize, String>>()?;
+        parse = parse.min(started.elapsed().as_secs_f64());
+        if parsed as u64 != s.rows() {
+            return Err(format!("cli_rerun_skip parsed {parsed} records"));
+        }
+    }
+
+    let target = run.env.fresh(s.concurrency + 1).await?;
+    job(s)
+        .backfill(target.store(), &fetch, range.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut seconds = f64::MAX;
+    let mut written = 0;
+    let mut skipped = s.rows();
+    reset_peak_rss();
+    for _ in 0..s.repeat {
+        let w0 = target.rows_written().await?;
+        let started = Instant::now();
+        let report = job(s)
+            .skip_unchanged(true)
+            .backfill(target.store(), &fetch, range.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        seconds = seconds.min(started.elapsed().as_secs_f64());
+        let w1 = target.rows_written().await?;
+        written += delta(w0, w1).unwrap_or(report.totals().written());
+        skipped = skipped.min(report.totals().skipped);
+    }
+    let mut failures = Vec::new();
+    check(written == 0, "rows were written", &mut failures);
+    check(
+        skipped == s.rows(),
+        "not every day skipped by digest",
+        &mut failures,
+    );
+    if !s.quick {
+        check(
+            seconds <= 1.5 * parse,
+            "over 1.5x reading and parsing the files",
+            &mut failures,
+        );
+    }
+    let mut detail = format!(
+        "the {} files again with --skip-unchanged vs reading and parsing them with no store",
+        s.days
+    );
+    if !failures.is_empty() {
+        detail = failures.join("; ");
+    }
+    Ok(Measurement {
+        rows: s.rows(),
+        seconds,
+        baseline: Some("parse only"),
+        baseline_seconds: Some(parse),
+        rows_written: Some(written),
+        peak_rss_bytes: peak_rss(),
+        target: "0 rows, every day skipped, <= 1.5x parsing".into(),
+        pass: Some(failures.is_empty()),
+        detail,
+        ..run.line("cli_rerun_skip")
     })
 }

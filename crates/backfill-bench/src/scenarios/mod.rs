@@ -55,7 +55,7 @@ async fn run_groups(run: &mut Run<'_>, out: &mut Vec<Measurement>) -> Result<(),
     }
     if s.runs("cli_ingest") && kind != Kind::Memory {
         run.log("cli_ingest");
-        out.push(cli::cli_ingest(run).await?);
+        out.extend(cli::cli_ingest(run).await?);
     }
     if s.large && kind != Kind::Memory {
         if s.runs("big") {

@@ -188,3 +188,67 @@ async fn writers_with_different_chunks_never_deadlock() {
         reference.rows_with_tombstones().await.unwrap()
     );
 }
+
+/// A day never synced before is copied without the per-key check, so a
+/// key it meets stored after all — here each record of the day's second
+/// half was first stored under another date — fails that COPY: its page
+/// rolls back to its savepoint and is merged, the later pages check before
+/// they copy, and the counts and rows are the reference store's, batch and
+/// stream alike.
+#[tokio::test]
+async fn a_new_day_whose_keys_are_stored_under_another_date_is_merged_exactly() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    // Keys 100..200 stored with event date day(1): half older than ours,
+    // half newer.
+    let elsewhere: Vec<Record> = (100..200)
+        .map(|i| {
+            let secs = if i % 2 == 0 { 5 } else { 20 };
+            rec(&format!("fp/{i:04}"), day(1), "elsewhere", at(secs))
+        })
+        .collect();
+    let ours: Vec<Record> = (0..200).map(|i| live(i, "ours", 10)).collect();
+    for streamed in [false, true] {
+        let store = PostgresStore::builder()
+            .schema(testkit::unique_schema())
+            .page_rows(50)
+            .connect(&url)
+            .await
+            .unwrap();
+        let reference = MemoryStore::new();
+        let lenient = || WriteOptions::default().event_dates(backfill_core::EventDates::Lenient);
+        for target in [&store as &dyn Store, &reference] {
+            upsert(target, day(1), elsewhere.clone(), lenient())
+                .await
+                .unwrap();
+        }
+        let expected = upsert(&reference, day(0), ours.clone(), WriteOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(split(&expected), (100, 50, 0, 0, 50));
+        let counts = if streamed {
+            let chunks: Vec<Result<Vec<Record>, std::convert::Infallible>> =
+                ours.chunks(30).map(|c| Ok(c.to_vec())).collect();
+            backfill_core::upsert_stream(
+                &store,
+                day(0),
+                futures_util::stream::iter(chunks),
+                WriteOptions::default(),
+            )
+            .await
+            .unwrap()
+        } else {
+            upsert(&store, day(0), ours.clone(), WriteOptions::default())
+                .await
+                .unwrap()
+        };
+        assert_eq!(counts, expected, "streamed: {streamed}");
+        assert_eq!(
+            store.rows_with_tombstones().await.unwrap(),
+            reference.rows_with_tombstones().await.unwrap(),
+            "streamed: {streamed}"
+        );
+        assert_eq!(physical_rows(&store).await, 200);
+    }
+}

@@ -223,3 +223,52 @@ async fn a_postgres_that_never_returns_fails_the_remaining_days_only() {
         }
     }
 }
+
+/// A server that accepts connections and never answers (a hung host, a
+/// proxy with nothing behind it): opening fails as timed out once the
+/// connect timeout has passed — the builder's, else the connection
+/// string's `connect_timeout` — instead of hanging.
+#[tokio::test]
+async fn a_server_that_never_answers_fails_opening_in_time() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    let url = format!("postgres://app@127.0.0.1:{port}/db");
+    let with_timeout = format!("{url}?connect_timeout=1");
+    let opened = [
+        PostgresStore::builder()
+            .connect_timeout(Duration::from_millis(500))
+            .connect(&url),
+        PostgresStore::builder().connect(&with_timeout),
+    ];
+    for open in opened {
+        let started = std::time::Instant::now();
+        let result = tokio::time::timeout(Duration::from_secs(15), open)
+            .await
+            .expect("opening hung past its connect timeout");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        match result {
+            Err(e @ Error::Open { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("did not answer"), "{text}");
+                let timed_out =
+                    std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |e| {
+                        e.source()
+                    })
+                    .any(|e| {
+                        matches!(
+                            e.downcast_ref::<backfill_postgres::deadpool_postgres::PoolError>(),
+                            Some(backfill_postgres::deadpool_postgres::PoolError::Timeout(_))
+                        )
+                    });
+                assert!(timed_out, "{e:?}");
+            }
+            other => panic!("expected Open, got {other:?}"),
+        }
+    }
+}
