@@ -51,7 +51,7 @@
 //! | 0 | every selected day succeeded |
 //! | 2 | some days failed; every other day is written |
 //! | 1 | usage or configuration error (a bad option, a fetch command that cannot run, a store that refuses: wrong password, no such database, a table of another shape, missing rights): nothing was run, and running it again will not help |
-//! | 3 | the store could not be reached (connection refused or timed out, a host name that does not resolve, a server starting up or turning connections away, a SQLite database locked by another process): nothing was run; try again later |
+//! | 3 | the store could not be reached (connection refused or timed out, a server that never answers within the URL's `connect_timeout` (default 30 s), a host name that does not resolve, a server starting up or turning connections away, a SQLite database locked by another process): nothing was run; try again later |
 //! | 130 | interrupted: Ctrl-C stops starting days and lets the days in flight finish (a second Ctrl-C abandons them; each rolls back whole) |
 //!
 //! A scheduler retries 2, 3 and 130, and gives up on 1.

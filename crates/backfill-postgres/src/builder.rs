@@ -9,7 +9,7 @@ use backfill_core::{Error, Result};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use tokio_postgres::{Config, NoTls};
 
-use crate::error::{open_error, NoAnswer};
+use crate::error::{no_answer, open_error};
 use crate::migrate;
 use crate::sql::{self, Statements};
 use crate::store::PostgresStore;
@@ -118,8 +118,8 @@ impl PostgresStoreBuilder {
     /// out. By default the connection string's `connect_timeout` (seconds)
     /// if it has one, else [`DEFAULT_CONNECT_TIMEOUT`] (30 s). Opening
     /// makes a connection, so a server that accepts connections and never
-    /// answers fails opening with [`Error::Open`] (its source a
-    /// [`deadpool_postgres::PoolError::Timeout`]) rather than hanging it;
+    /// answers fails opening with [`Error::Open`] (its source an
+    /// [`std::io::Error`] of kind `TimedOut`) rather than hanging it;
     /// a day whose connection cannot be made in time fails as retryable.
     /// Ignored by [`connect_pool`](PostgresStoreBuilder::connect_pool),
     /// whose pool has its own timeouts.
@@ -230,10 +230,7 @@ impl PostgresStoreBuilder {
         self.check_names()?;
         let (schema, name) = (self.schema.as_str(), self.table.as_str());
         let mut client = pool.get().await.map_err(|e| match e {
-            PoolError::Timeout(_) => open_error(NoAnswer {
-                after: create_timeout(&pool),
-                source: e,
-            }),
+            PoolError::Timeout(_) => no_answer(create_timeout(&pool)),
             e => open_error(e),
         })?;
         let tx = client.transaction().await.map_err(open_error)?;

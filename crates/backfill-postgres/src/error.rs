@@ -52,29 +52,14 @@ pub(crate) fn pool_error(e: PoolError) -> Error {
     Error::backend(BACKEND, retryable, e)
 }
 
-/// A connection the pool could not make within its connect timeout: the
-/// server accepted nothing, or accepted and never answered. Its source is
-/// the pool's [`PoolError::Timeout`].
-#[derive(Debug)]
-pub(crate) struct NoAnswer {
-    pub(crate) after: std::time::Duration,
-    pub(crate) source: PoolError,
-}
-
-impl std::fmt::Display for NoAnswer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "no connection made within {:?}: the server did not answer (connect_timeout)",
-            self.after
-        )
-    }
-}
-
-impl std::error::Error for NoAnswer {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
+/// A connection the pool could not make within its connect timeout (the
+/// server accepted nothing, or accepted and never answered), as an I/O
+/// error of kind [`TimedOut`](std::io::ErrorKind::TimedOut).
+pub(crate) fn no_answer(after: std::time::Duration) -> Error {
+    open_error(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no connection made within {after:?}: the server did not answer (connect_timeout)"),
+    ))
 }
 
 /// Any error met while opening the store.
