@@ -53,6 +53,18 @@ printf '%s\n' "$main" > "$dir/src/main.rs"
 # so the check builds from what is already compiled and downloaded.
 cp "$repo/Cargo.lock" "$dir/Cargo.lock"
 
+# `cargo run --example quickstart` builds the facade with its default
+# features and its dev-dependencies: SQLite and the engine, never the
+# Postgres, TLS or container stack (the README's first-build time rests on it).
+heavy=$(cd "$repo" && cargo tree -p backfill -e normal,dev,build --prefix none --locked \
+    | grep -E '^(tokio-postgres|deadpool-postgres|rustls|testcontainers|bollard) ' | sort -u || true)
+if [[ -n "$heavy" ]]; then
+    echo "the quickstart's build pulls in what it does not need:" >&2
+    printf '    %s\n' "$heavy" >&2
+    exit 1
+fi
+echo "quickstart: $(cd "$repo" && cargo tree -p backfill -e normal,dev,build --prefix none --locked | sort -u | wc -l) crates, no Postgres or TLS stack"
+
 echo "README install lines:"
 printf '%s\n' "$deps" | sed 's/^/    /'
 cd "$dir"
