@@ -10,6 +10,8 @@ use backfill_postgres::PostgresStore;
 use backfill_testkit as testkit;
 use chrono::{Duration, Utc};
 
+use super::blocked_behind;
+
 fn records(n: usize, version: i64) -> Vec<Record> {
     (0..n)
         .map(|i| {
@@ -381,7 +383,7 @@ async fn a_row_committed_by_a_concurrent_writer_is_judged_by_version() {
             })
         };
         // Let our upsert block on the other writer's row lock, then commit.
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        blocked_behind(&url, &other, 1).await;
         assert!(
             !upsert_task.is_finished(),
             "the upsert should wait for the other writer"
@@ -627,7 +629,7 @@ async fn a_listing_waits_for_a_concurrent_batch_of_its_day() {
             async move { upsert(&store, day(0), vec![ours], WriteOptions::default()).await },
         )
     };
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    blocked_behind(&url, &other, 1).await;
     assert!(!merge.is_finished(), "the merge waits for the other writer");
     // A listing of the day, true as of later, that lacks the key.
     let listing = {
@@ -635,7 +637,7 @@ async fn a_listing_waits_for_a_concurrent_batch_of_its_day() {
         let options = listing(at(3600));
         tokio::spawn(async move { upsert(&store, day(0), Vec::new(), options).await })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    blocked_behind(&url, &other, 2).await;
     assert!(!listing.is_finished(), "the listing waits for the merge");
     let waiting: i64 = other
         .query_one(
@@ -803,7 +805,7 @@ async fn a_tombstone_committed_by_a_concurrent_writer_is_judged_by_version() {
                 upsert(&store, day(0), vec![ours], WriteOptions::default()).await
             })
         };
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        blocked_behind(&url, &other, 1).await;
         assert!(
             !upsert_task.is_finished(),
             "case {n}: the upsert should wait for the other writer"

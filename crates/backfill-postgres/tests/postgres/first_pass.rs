@@ -9,7 +9,7 @@ use backfill_core::{upsert, Counts, MemoryStore, Record, Store, WriteOptions};
 use backfill_postgres::PostgresStore;
 use backfill_testkit as testkit;
 
-use super::{admin, insert_behind_the_store, physical_rows};
+use super::{admin, blocked_behind, insert_behind_the_store, physical_rows};
 
 fn live(i: usize, value: &str, secs: i64) -> Record {
     rec(&format!("fp/{i:04}"), day(0), value, at(secs))
@@ -85,7 +85,7 @@ async fn keys_inserted_after_the_check_are_judged_by_version_and_counted_once() 
         tokio::spawn(async move { upsert(&store, day(0), ours, WriteOptions::default()).await })
     };
     // Let our apply reach the last chunk and block on the other writer's keys.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    blocked_behind(&url, &other, 1).await;
     assert!(!task.is_finished(), "the COPY waits for the other writer");
     other.batch_execute("COMMIT").await.unwrap();
     let counts = task.await.unwrap().unwrap();
@@ -123,7 +123,7 @@ async fn a_concurrent_insert_rolled_back_leaves_the_copy_alone() {
         let ours = ours.clone();
         tokio::spawn(async move { upsert(&store, day(0), ours, WriteOptions::default()).await })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    blocked_behind(&url, &other, 1).await;
     assert!(!task.is_finished(), "the COPY waits for the other writer");
     other.batch_execute("ROLLBACK").await.unwrap();
     let counts = task.await.unwrap().unwrap();

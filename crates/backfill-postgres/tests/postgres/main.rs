@@ -52,6 +52,45 @@ async fn admin(url: &str) -> Client {
     client
 }
 
+/// Waits until a session of the server waits for `other`'s session
+/// (`depth` 1), or for a session that itself waits for it (`depth` 2), as
+/// `pg_blocking_pids` says: the store really is blocked behind the other
+/// writer before a test lets that writer go on, however loaded the machine.
+/// Asked on a connection of its own, one statement at a time (a session's
+/// view of `pg_stat_activity` is fixed for the rest of its transaction, and
+/// `other` has one open). Panics after 60 s.
+async fn blocked_behind(url: &str, other: &Client, depth: u32) {
+    let pid: i32 = other
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let sql = match depth {
+        1 => {
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
+             WHERE $1 = ANY(pg_blocking_pids(pid)))"
+        }
+        _ => {
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity a \
+             JOIN pg_stat_activity b ON b.pid = ANY(pg_blocking_pids(a.pid)) \
+             WHERE $1 = ANY(pg_blocking_pids(b.pid)))"
+        }
+    };
+    let watcher = admin(url).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let blocked: bool = watcher.query_one(sql, &[&pid]).await.unwrap().get(0);
+        if blocked {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no session blocked behind the other writer (depth {depth}) within 60 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Inserts `records` into the store's table from `client`, inside whatever
 /// transaction it has open: another writer, racing the store.
 async fn insert_behind_the_store(client: &Client, store: &PostgresStore, records: &[Record]) {

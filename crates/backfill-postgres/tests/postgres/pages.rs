@@ -14,7 +14,7 @@ use backfill_testkit as testkit;
 use chrono::{DateTime, Utc};
 use futures_util::stream;
 
-use super::{admin, insert_behind_the_store, physical_rows};
+use super::{admin, blocked_behind, insert_behind_the_store, physical_rows};
 
 fn live(key: &str, value: &str, secs: i64) -> Record {
     rec(key, day(0), value, at(secs))
@@ -249,7 +249,7 @@ async fn a_concurrent_writer_in_a_later_page_is_counted_once() {
         let store = store.clone();
         tokio::spawn(async move { stream_in(&store, &ours, 16, WriteOptions::default()).await })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    blocked_behind(&url, &other, 1).await;
     assert!(!task.is_finished(), "the COPY waits for the other writer");
     other.batch_execute("COMMIT").await.unwrap();
     let counts = task.await.unwrap().unwrap();
@@ -292,7 +292,7 @@ async fn a_race_lost_past_the_savepoints_rolls_the_day_back_for_a_retry() {
         let ours = ours.clone();
         tokio::spawn(async move { stream_in(&store, &ours, 16, WriteOptions::default()).await })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    blocked_behind(&url, &other, 1).await;
     other.batch_execute("COMMIT").await.unwrap();
     let error = task
         .await
