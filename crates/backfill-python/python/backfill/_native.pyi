@@ -1,0 +1,119 @@
+"""Type stubs of the extension module (re-exported by ``backfill``)."""
+
+import datetime as dt
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
+
+_Date = Union[dt.date, str]
+_Instant = Union[dt.datetime, str]
+_Item = Union["Record", Mapping[str, Any]]
+Fetch = Callable[[dt.date], Union[Iterable[_Item], "Listing"]]
+
+class BackfillError(Exception):
+    report: RunReport
+
+class InvalidRecord(ValueError): ...
+
+class StoreError(Exception):
+    retryable: bool
+
+class Transient(Exception): ...
+
+class Record:
+    def __init__(
+        self,
+        key: str,
+        event_date: _Date,
+        value: Any = None,
+        updated_at: Optional[_Instant] = None,
+        deleted: bool = False,
+    ) -> None: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def event_date(self) -> dt.date: ...
+    @property
+    def value(self) -> str: ...
+    @property
+    def updated_at(self) -> dt.datetime: ...
+    @property
+    def deleted(self) -> bool: ...
+
+class Listing:
+    def __init__(self, records: Iterable[_Item], as_of: _Instant) -> None: ...
+
+class MemoryStore:
+    def __init__(self) -> None: ...
+    def rows(self) -> list[Record]: ...
+
+class SqliteStore:
+    def __init__(self, path: str, table: Optional[str] = None) -> None: ...
+    def rows(self) -> list[Record]: ...
+
+class PostgresStore:
+    def __init__(self, url: str, schema: Optional[str] = None, table: Optional[str] = None) -> None: ...
+    def rows(self) -> list[Record]: ...
+
+Store = Union[MemoryStore, SqliteStore, PostgresStore]
+
+class Counts:
+    inserted: int
+    updated: int
+    deleted: int
+    unchanged: int
+    stale: int
+    collapsed: int
+    skipped: int
+    @property
+    def written(self) -> int: ...
+
+class DayReport:
+    day: dt.date
+    counts: Counts
+    attempts: int
+
+class RunReport:
+    @property
+    def days(self) -> list[DayReport]: ...
+    @property
+    def failed(self) -> list[tuple[dt.date, str]]: ...
+    @property
+    def skipped(self) -> list[dt.date]: ...
+    @property
+    def totals(self) -> Counts: ...
+    @property
+    def run_id(self) -> Optional[str]: ...
+
+class Status:
+    @property
+    def days(self) -> list[tuple[dt.date, str]]: ...
+
+class Job:
+    def __init__(
+        self,
+        *,
+        concurrency: int = 1,
+        retries: int = 2,
+        retry_delay: float = 0.2,
+        max_retry_delay: float = 30.0,
+        mode: str = "merge",
+        allow_empty_replace: bool = False,
+        max_delete_fraction: Optional[float] = None,
+        only: str = "all",
+        skip_unchanged: bool = False,
+        time_zone: Optional[str] = None,
+        fail_fast: bool = False,
+        day_timeout: Optional[float] = None,
+        dry_run: bool = False,
+        run_id: Optional[str] = None,
+        stream_memory: Optional[int] = None,
+    ) -> None: ...
+    def backfill(self, store: Store, fetch: Fetch, start: dt.date, end: dt.date) -> RunReport: ...
+    def sync_with_lookback(self, store: Store, fetch: Fetch, lookback: int = 1) -> RunReport: ...
+    def sync_one_day(
+        self, store: Store, fetch: Fetch, target_date: Optional[_Date] = None
+    ) -> DayReport: ...
+    def status(self, store: Store, start: dt.date, end: dt.date) -> Status: ...
+
+def backfill(store: Store, fetch: Fetch, start: dt.date, end: dt.date) -> RunReport: ...
+def sync_one_day(store: Store, fetch: Fetch, target_date: Optional[_Date] = None) -> DayReport: ...
+def sync_with_lookback(store: Store, fetch: Fetch, lookback: int = 1) -> RunReport: ...

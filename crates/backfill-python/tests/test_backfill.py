@@ -1,0 +1,262 @@
+"""The Python API on every store: the pattern's three original tests, then
+records from generators and dicts, bad input, retries, failures, replace
+listings and the ledger."""
+
+import datetime as dt
+
+import pytest
+
+import backfill
+from backfill import (
+    BackfillError,
+    InvalidRecord,
+    Job,
+    Listing,
+    Record,
+    Transient,
+    sync_one_day,
+)
+
+UTC = dt.timezone.utc
+JAN = [dt.date(2026, 1, d) for d in range(1, 32)]
+
+
+def at(day, hour=9):
+    return dt.datetime(day.year, day.month, day.day, hour, tzinfo=UTC)
+
+
+def orders(day, version=1, n=3):
+    """A deterministic day of `n` orders."""
+    for i in range(n):
+        yield Record(
+            key=f"order:{day}:{i}",
+            event_date=day,
+            value={"total": 10 * i + version, "status": "placed"},
+            updated_at=at(day, 9 + version),
+        )
+
+
+def fetch(day):
+    return orders(day)
+
+
+def state(store):
+    return [(r.key, r.event_date, r.value, r.updated_at, r.deleted) for r in store.rows()]
+
+
+# The original library's three tests.
+
+
+def test_the_same_range_synced_twice_leaves_the_store_unchanged(store):
+    first = backfill.backfill(store, fetch, JAN[0], JAN[6])
+    assert first.totals.inserted == 21
+    before = state(store)
+    again = backfill.backfill(store, fetch, JAN[0], JAN[6])
+    assert again.totals.written == 0
+    assert again.totals.unchanged == 21
+    assert state(store) == before
+
+
+def test_a_daily_job_and_a_weekly_backfill_converge(store, tmp_path):
+    for day in JAN[:7]:
+        sync_one_day(store, fetch, day)
+    daily = state(store)
+    other = backfill.MemoryStore()
+    backfill.backfill(other, fetch, JAN[0], JAN[6])
+    assert state(other) == daily
+
+
+def test_a_stale_write_is_rejected(store):
+    day = JAN[0]
+    backfill.backfill(store, lambda d: orders(d, version=2), day, day)
+    newer = state(store)
+    stale = backfill.backfill(store, lambda d: orders(d, version=1), day, day)
+    assert stale.totals.stale == 3
+    assert stale.totals.written == 0
+    assert state(store) == newer
+
+
+# Records and values.
+
+
+def test_dicts_iso_strings_and_non_string_values(store):
+    def fetch(day):
+        return [
+            {
+                "key": "a",
+                "event_date": str(day),
+                "value": {"b": 1, "a": [1, 2.5, None]},
+                "updated_at": "2026-01-01T10:00:00+01:00",
+            },
+            {"key": "b", "event_date": day, "value": "kept as it is", "updated_at": at(day)},
+        ]
+
+    report = backfill.backfill(store, fetch, JAN[0], JAN[0])
+    assert report.totals.inserted == 2
+    rows = {r.key: r for r in store.rows()}
+    # Canonical JSON: compact, keys sorted; instants in UTC.
+    assert rows["a"].value == '{"a":[1,2.5,null],"b":1}'
+    assert rows["a"].updated_at == dt.datetime(2026, 1, 1, 9, tzinfo=UTC)
+    assert rows["b"].value == "kept as it is"
+
+
+def test_a_large_generator_is_consumed_in_chunks(store):
+    day = JAN[0]
+    n = 25_000
+
+    def fetch(d):
+        for i in range(n):
+            yield Record(f"k{i:06}", d, "v", at(d))
+
+    report = backfill.backfill(store, fetch, day, day)
+    assert report.totals.inserted == n
+    assert len(store.rows()) == n
+
+
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda d: Record("k", d, "v", dt.datetime(2026, 1, 1, 9)), "naive"),
+        (lambda d: Record("k\0", d, "v", at(d)), "key"),
+        (lambda d: Record("k" * 600, d, "v", at(d)), "key"),
+        (lambda d: Record("k", "2026-13-01", "v", at(d)), "event_date"),
+        (lambda d: Record("k", d, None, at(d)), "value"),
+        (lambda d: Record("k", d, "v", "yesterday"), "updated_at"),
+    ],
+)
+def test_bad_records_raise_invalid_record(make, field):
+    with pytest.raises(InvalidRecord) as raised:
+        make(JAN[0])
+    assert isinstance(raised.value, ValueError)
+    assert field in str(raised.value)
+
+
+def test_a_bad_record_fails_its_day_and_writes_nothing_of_it(store):
+    def fetch(day):
+        yield Record("good", day, "v", at(day))
+        yield {"key": "bad", "event_date": day, "value": "v", "updated_at": "not a time"}
+
+    with pytest.raises(BackfillError) as raised:
+        backfill.backfill(store, fetch, JAN[0], JAN[0])
+    assert store.rows() == []
+    assert "updated_at" in raised.value.report.failed[0][1]
+
+
+# Failures, retries, the ledger.
+
+
+def test_a_failing_fetch_reports_its_traceback_and_the_other_days_are_written(store):
+    def fetch(day):
+        if day == JAN[1]:
+            raise RuntimeError(f"upstream returned HTTP 500 for {day}")
+        return orders(day)
+
+    with pytest.raises(BackfillError) as raised:
+        backfill.backfill(store, fetch, JAN[0], JAN[2])
+    report = raised.value.report
+    assert [d.day for d in report.days] == [JAN[0], JAN[2]]
+    (day, error), = report.failed
+    assert day == JAN[1]
+    assert "RuntimeError: upstream returned HTTP 500 for 2026-01-02" in error
+    assert "Traceback" in error
+    status = Job().status(store, JAN[0], JAN[2])
+    assert status.days == [(JAN[0], "synced"), (JAN[1], "failed"), (JAN[2], "synced")]
+    assert "2026-01-02" in str(status)
+
+
+def test_transient_errors_are_retried(store):
+    calls = []
+
+    def fetch(day):
+        calls.append(day)
+        if len(calls) < 3:
+            raise Transient("rate limited")
+        return orders(day)
+
+    job = Job(retries=3, retry_delay=0.01, max_retry_delay=0.02)
+    report = job.backfill(store, fetch, JAN[0], JAN[0])
+    assert report.days[0].attempts == 3
+    assert report.totals.inserted == 3
+
+
+def test_other_errors_are_not_retried(store):
+    calls = []
+
+    def fetch(day):
+        calls.append(day)
+        raise ValueError("a bug")
+
+    with pytest.raises(BackfillError):
+        Job(retries=3, retry_delay=0.01).backfill(store, fetch, JAN[0], JAN[0])
+    assert len(calls) == 1
+
+
+def test_only_missing_runs_just_the_days_not_synced(store):
+    backfill.backfill(store, fetch, JAN[0], JAN[1])
+    seen = []
+
+    def counting(day):
+        seen.append(day)
+        return orders(day)
+
+    Job(only="missing").backfill(store, counting, JAN[0], JAN[3])
+    assert seen == [JAN[2], JAN[3]]
+
+
+# Replace listings and tombstones.
+
+
+def test_a_replace_listing_tombstones_what_it_lacks_and_the_guard_refuses_an_empty_one(store):
+    day = JAN[0]
+    backfill.backfill(store, fetch, day, day)
+    job = Job(mode="replace")
+    listing = lambda d: Listing(list(orders(d))[:2], as_of=at(d, 20))  # noqa: E731
+    report = job.backfill(store, listing, day, day)
+    assert report.totals.deleted == 1
+    assert [r.key for r in store.rows()] == [f"order:{day}:0", f"order:{day}:1"]
+    with pytest.raises(BackfillError) as raised:
+        job.backfill(store, lambda d: Listing([], as_of=at(d, 21)), day, day)
+    assert "empty" in raised.value.report.failed[0][1]
+    assert len(store.rows()) == 2
+
+
+def test_a_tombstone_deletes_and_a_stale_redelivery_stays_deleted(store):
+    day = JAN[0]
+    backfill.backfill(store, fetch, day, day)
+    key = f"order:{day}:0"
+    gone = lambda d: [Record(key, d, updated_at=at(d, 23), deleted=True)]  # noqa: E731
+    assert backfill.backfill(store, gone, day, day).totals.deleted == 1
+    assert key not in [r.key for r in store.rows()]
+    stale = backfill.backfill(store, fetch, day, day)
+    assert key not in [r.key for r in store.rows()]
+    assert stale.totals.stale == 1
+
+
+def test_settings_are_checked_when_the_job_is_made():
+    with pytest.raises(ValueError):
+        Job(mode="upsert")
+    with pytest.raises(ValueError):
+        Job(only="some")
+    with pytest.raises(ValueError):
+        Job(time_zone="Mars/Olympus")
+
+
+def test_the_original_names_work():
+    assert backfill.InMemoryStore is backfill.MemoryStore
+    assert backfill.SQLiteStore is backfill.SqliteStore
+
+
+def test_the_report_prints_the_engines_table(store):
+    report = backfill.backfill(store, fetch, JAN[0], JAN[1])
+    text = str(report)
+    assert "2026-01-01" in text and "inserted" in text
+
+
+def test_each_day_is_a_line_of_pythons_logging(store, caplog):
+    caplog.set_level("INFO", logger="backfill")
+    backfill.backfill(store, fetch, JAN[0], JAN[1])
+    lines = [r.getMessage() for r in caplog.records if r.name == "backfill"]
+    assert lines == [
+        "2026-01-01 synced: inserted 3 updated 0 deleted 0 unchanged 0 stale 0 skipped 0 (1 attempt)",
+        "2026-01-02 synced: inserted 3 updated 0 deleted 0 unchanged 0 stale 0 skipped 0 (1 attempt)",
+    ]

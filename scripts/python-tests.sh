@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The Python package's tests: builds the extension in the dev profile from
+# the workspace's target directory into a virtual environment of its own
+# (maturin and pytest from PyPI), then runs pytest against the memory
+# store, SQLite and Postgres. Postgres is BACKFILL_PG_URL, or else a
+# throwaway container of the test image (scripts/postgres-image.sh), removed
+# on exit; with CI set, no Postgres is a failure, not a skip.
+#
+#   scripts/python-tests.sh [pytest arguments]
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+venv="${BACKFILL_VENV:-$repo/target/python-venv}"
+python="${PYTHON:-python3}"
+
+if [[ ! -x "$venv/bin/python" ]]; then
+    "$python" -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" pytest
+(
+    cd "$repo/crates/backfill-python"
+    VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" \
+        CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}" \
+        maturin develop --quiet
+)
+
+if [[ -z "${BACKFILL_PG_URL:-}" ]] && docker info > /dev/null 2>&1; then
+    image="${BACKFILL_PG_IMAGE:-backfill/postgres}:${BACKFILL_PG_TAG:-15}"
+    if docker image inspect "$image" > /dev/null 2>&1; then
+        id=$(docker run -d --rm -p 127.0.0.1::5432 -e POSTGRES_PASSWORD=postgres \
+            --tmpfs /pgtmpfs:mode=1777 -e PGDATA=/pgtmpfs/data "$image")
+        trap 'docker rm -f "$id" > /dev/null 2>&1 || true' EXIT
+        port=$(docker port "$id" 5432/tcp | head -n 1 | sed 's/.*://')
+        for _ in $(seq 1 100); do
+            if docker exec "$id" pg_isready -h 127.0.0.1 -U postgres > /dev/null 2>&1; then
+                break
+            fi
+            sleep 0.2
+        done
+        export BACKFILL_PG_URL="postgres://postgres:postgres@127.0.0.1:$port/postgres"
+    fi
+fi
+
+cd "$repo/crates/backfill-python"
+"$venv/bin/python" -m pytest -q tests "$@"
