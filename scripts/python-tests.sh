@@ -40,5 +40,12 @@ if [[ -z "${BACKFILL_PG_URL:-}" ]] && docker info > /dev/null 2>&1; then
     fi
 fi
 
+# The command line, for the test that compares what both store.
+target="${CARGO_TARGET_DIR:-$repo/target}"
+if [[ -z "${BACKFILL_CLI:-}" ]]; then
+    cargo build --quiet -p backfill-cli --manifest-path "$repo/Cargo.toml"
+    export BACKFILL_CLI="$target/debug/backfill"
+fi
+
 cd "$repo/crates/backfill-python"
 "$venv/bin/python" -m pytest -q tests "$@"
