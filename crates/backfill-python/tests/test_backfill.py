@@ -260,3 +260,14 @@ def test_each_day_is_a_line_of_pythons_logging(store, caplog):
         "2026-01-01 synced: inserted 3 updated 0 deleted 0 unchanged 0 stale 0 skipped 0 (1 attempt)",
         "2026-01-02 synced: inserted 3 updated 0 deleted 0 unchanged 0 stale 0 skipped 0 (1 attempt)",
     ]
+
+
+def test_a_store_that_cannot_be_opened_raises_store_error(tmp_path):
+    with pytest.raises(backfill.StoreError) as raised:
+        backfill.SqliteStore(str(tmp_path / "no" / "such" / "dir" / "p.db"))
+    assert isinstance(raised.value.retryable, bool)
+    with pytest.raises(backfill.StoreError) as raised:
+        backfill.PostgresStore("postgres://app@127.0.0.1:1/db?connect_timeout=2")
+    assert "127.0.0.1" in str(raised.value) or "refused" in str(raised.value).lower()
+    with pytest.raises(ValueError):
+        backfill.SqliteStore(str(tmp_path / "p.db"), table="Bad Name")
