@@ -70,3 +70,34 @@ printf '%s\n' "$deps" | sed 's/^/    /'
 cd "$dir"
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}" cargo run --quiet
 echo "newcomer check: the README's first snippet builds and runs with its install lines"
+
+# The README's Python example, in a fresh virtual environment holding only
+# the wheel built from this repository (the dev profile, from the same
+# target directory), run from an empty directory.
+python_example=$(awk '
+    /^## From Python/ { in_section = 1; next }
+    in_section && /^## / { exit }
+    in_section && /^```python/ { in_block = 1; next }
+    in_block && /^```/ { exit }
+    in_block { print }
+' "$readme")
+[[ -n "$python_example" ]] || { echo "no \`\`\`python block under ## From Python in README.md" >&2; exit 1; }
+tools="${BACKFILL_VENV:-$repo/target/python-venv}"
+[[ -x "$tools/bin/python" ]] || "${PYTHON:-python3}" -m venv "$tools"
+"$tools/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2"
+mkdir "$dir/wheels" "$dir/py"
+(
+    cd "$repo/crates/backfill-python"
+    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}" \
+        "$tools/bin/maturin" build --quiet --out "$dir/wheels"
+)
+"${PYTHON:-python3}" -m venv "$dir/venv"
+"$dir/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$dir"/wheels/*.whl
+printf '%s\n' "$python_example" > "$dir/py/example.py"
+(cd "$dir/py" && "$dir/venv/bin/python" example.py > output.txt)
+grep -q "31 of 31 days synced, rows written: 62" "$dir/py/output.txt" || {
+    cat "$dir/py/output.txt" >&2
+    echo "the README's Python example did not sync its 31 days" >&2
+    exit 1
+}
+echo "newcomer check: the README's Python example runs from the wheel in a fresh virtual environment"
