@@ -47,6 +47,12 @@ create_exception!(
 );
 create_exception!(
     _native,
+    ReplaceRefused,
+    pyo3::exceptions::PyException,
+    "The replace guard refused a listing (an empty one, or one deleting more than the job allows); nothing of the day is written."
+);
+create_exception!(
+    _native,
     Transient,
     pyo3::exceptions::PyException,
     "Raise it (or a subclass) from a fetch for a failure worth retrying."
@@ -604,6 +610,7 @@ fn to_py(error: Error) -> PyErr {
         Error::InvalidRecord { .. } | Error::WrongDay { .. } => {
             InvalidRecord::new_err(error.to_string())
         }
+        Error::ReplaceRefused { .. } => ReplaceRefused::new_err(error.to_string()),
         Error::InvalidRange { .. } | Error::InvalidName { .. } => {
             PyValueError::new_err(error.to_string())
         }
@@ -1102,5 +1109,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InvalidRecord", py.get_type::<InvalidRecord>())?;
     m.add("StoreError", py.get_type::<StoreError>())?;
     m.add("Transient", py.get_type::<Transient>())?;
+    m.add("ReplaceRefused", py.get_type::<ReplaceRefused>())?;
     Ok(())
 }

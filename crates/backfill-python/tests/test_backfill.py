@@ -271,3 +271,12 @@ def test_a_store_that_cannot_be_opened_raises_store_error(tmp_path):
     assert "127.0.0.1" in str(raised.value) or "refused" in str(raised.value).lower()
     with pytest.raises(ValueError):
         backfill.SqliteStore(str(tmp_path / "p.db"), table="Bad Name")
+
+
+def test_one_day_refused_by_the_guard_raises_replace_refused(store):
+    day = JAN[0]
+    backfill.backfill(store, fetch, day, day)
+    job = Job(mode="replace", max_delete_fraction=0.5)
+    with pytest.raises(backfill.ReplaceRefused):
+        job.sync_one_day(store, lambda d: Listing(list(orders(d))[:1], as_of=at(d, 20)), day)
+    assert len(store.rows()) == 3

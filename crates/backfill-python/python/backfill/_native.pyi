@@ -18,6 +18,8 @@ class StoreError(Exception):
 
 class Transient(Exception): ...
 
+class ReplaceRefused(Exception): ...
+
 class Record:
     def __init__(
         self,
