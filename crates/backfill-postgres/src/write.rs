@@ -40,7 +40,7 @@ pub(crate) const MAX_SUBTRANSACTIONS: usize = 64;
 /// 1. [`lock_days`]: the days whose watermark the records read (shared) or
 ///    the listing raises (exclusive) are locked in date order before
 ///    anything is read or written, and whether any of them has a watermark
-///    is read once they are held.
+///    (and whether the day was ever synced) is read once they are held.
 /// 2. Each page ([`Writes::page`]): its values are checked against
 ///    [`MAX_VALUE_BYTES`], then it is written slice by slice, COPY or
 ///    merge. Keys are unique across the day's pages, so each page's counts
@@ -164,7 +164,7 @@ fn next_page(day: &mut DayWrite, rows: usize, bytes: usize) -> Result<Option<Vec
     Ok(page)
 }
 
-/// What step 1 read an apply reads or raises the watermark of, and
+/// Step 1: locks the days an apply reads or raises the watermark of, and
 /// reads whether any of them has a watermark and whether the day was
 /// synced before, in one round trip.
 async fn lock_days(tx: &Transaction<'_>, sql: &Statements, day: &DayWrite) -> Result<Locked> {
