@@ -225,11 +225,16 @@ fn to_date(key: &str, value: &Bound<'_, PyAny>) -> PyResult<NaiveDate> {
     if let Ok(text) = value.cast::<PyString>() {
         let text = text.to_cow()?;
         let text = text.as_ref();
-        return NaiveDate::parse_from_str(text, "%Y-%m-%d").map_err(|_| {
-            InvalidRecord::new_err(format!(
-                "record {key:?}: event_date {text:?} is not a YYYY-MM-DD day"
-            ))
-        });
+        // Exactly YYYY-MM-DD, as the command line takes a day.
+        let shaped = text.len() == 10 && text.as_bytes()[4] == b'-' && text.as_bytes()[7] == b'-';
+        return shaped
+            .then(|| NaiveDate::parse_from_str(text, "%Y-%m-%d").ok())
+            .flatten()
+            .ok_or_else(|| {
+                InvalidRecord::new_err(format!(
+                    "record {key:?}: event_date {text:?} is not a YYYY-MM-DD day"
+                ))
+            });
     }
     if value.is_instance_of::<pyo3::types::PyDateTime>() {
         return Err(InvalidRecord::new_err(format!(
@@ -986,7 +991,11 @@ impl PyJob {
         target_date: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyDayReport> {
         let day = match target_date {
-            Some(d) if !d.is_none() => Some(to_date("target_date", d)?),
+            Some(d) if !d.is_none() => Some(to_date("target_date", d).map_err(|_| {
+                PyValueError::new_err(format!(
+                    "target_date must be a date or a YYYY-MM-DD string, not {d}"
+                ))
+            })?),
             _ => None,
         };
         let (store, stop) = (store_of(store)?, StopHandle::new());

@@ -280,3 +280,12 @@ def test_one_day_refused_by_the_guard_raises_replace_refused(store):
     with pytest.raises(backfill.ReplaceRefused):
         job.sync_one_day(store, lambda d: Listing(list(orders(d))[:1], as_of=at(d, 20)), day)
     assert len(store.rows()) == 3
+
+
+def test_sync_one_day_takes_a_partition_key_string(store):
+    # Dagster's `context.partition_key` and Airflow's `ds` are "YYYY-MM-DD".
+    report = sync_one_day(store, fetch, "2026-01-05")
+    assert report.day == dt.date(2026, 1, 5)
+    assert report.counts.inserted == 3
+    with pytest.raises(ValueError, match="YYYY-MM-DD"):
+        sync_one_day(store, fetch, "2026-1-5")
