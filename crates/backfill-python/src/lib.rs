@@ -21,7 +21,7 @@ use backfill_core::{
     BoxError, Counts, DayReport, Error, Fetch, Fetched, Job, MemoryStore, Mode, Record,
     ReplaceGuard, Retry, RunReport, Select, StopHandle, Store,
 };
-use chrono::{DateTime, FixedOffset, NaiveDate, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -241,11 +241,35 @@ fn to_date(key: &str, value: &Bound<'_, PyAny>) -> PyResult<NaiveDate> {
             "record {key:?}: event_date must be a date, not a datetime"
         )));
     }
-    value.extract::<NaiveDate>().map_err(|_| {
+    let not_a_date = || {
         InvalidRecord::new_err(format!(
             "record {key:?}: event_date must be a date or a YYYY-MM-DD string"
         ))
-    })
+    };
+    if !value.is_instance_of::<pyo3::types::PyDate>() {
+        return Err(not_a_date());
+    }
+    // One call: the proleptic Gregorian ordinal, 1 for 0001-01-01, as
+    // chrono counts days from the common era.
+    let ordinal: i32 = value
+        .call_method0(pyo3::intern!(value.py(), "toordinal"))?
+        .extract()?;
+    NaiveDate::from_num_days_from_ce_opt(ordinal).ok_or_else(not_a_date)
+}
+
+/// `datetime(1970, 1, 1, tzinfo=timezone.utc)`, made once.
+fn utc_epoch(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static EPOCH: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    EPOCH
+        .get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+            let datetime = py.import("datetime")?;
+            let utc = datetime.getattr("timezone")?.getattr("utc")?;
+            let epoch = datetime
+                .getattr("datetime")?
+                .call1((1970, 1, 1, 0, 0, 0, 0, utc))?;
+            Ok(epoch.unbind())
+        })
+        .map(|epoch| epoch.bind(py))
 }
 
 /// `updated_at` from an aware `datetime` or an RFC 3339 string.
@@ -262,14 +286,24 @@ fn to_instant(key: &str, value: &Bound<'_, PyAny>) -> PyResult<DateTime<Utc>> {
             });
     }
     if value.is_instance_of::<pyo3::types::PyDateTime>() {
-        let tz = value.getattr("tzinfo")?;
-        if tz.is_none() || value.call_method0("utcoffset")?.is_none() {
-            return Err(InvalidRecord::new_err(format!(
+        // The instant as an exact distance from an aware epoch: one
+        // subtraction and three attributes (the stable ABI reads a datetime
+        // attribute by attribute). A naive datetime cannot be subtracted
+        // from an aware one.
+        let py = value.py();
+        let naive = || {
+            InvalidRecord::new_err(format!(
                 "record {key:?}: updated_at is a naive datetime; give it a time zone"
-            )));
-        }
-        let offset: DateTime<FixedOffset> = value.extract()?;
-        return Ok(offset.with_timezone(&Utc));
+            ))
+        };
+        let delta = value.sub(utc_epoch(py)?).map_err(|_| naive())?;
+        let part = |name: &Bound<'_, PyString>| -> PyResult<i64> { delta.getattr(name)?.extract() };
+        let micros = part(pyo3::intern!(py, "days"))? * 86_400_000_000
+            + part(pyo3::intern!(py, "seconds"))? * 1_000_000
+            + part(pyo3::intern!(py, "microseconds"))?;
+        return DateTime::from_timestamp_micros(micros).ok_or_else(|| {
+            InvalidRecord::new_err(format!("record {key:?}: updated_at is out of range"))
+        });
     }
     Err(InvalidRecord::new_err(format!(
         "record {key:?}: updated_at must be an aware datetime or an RFC 3339 string"

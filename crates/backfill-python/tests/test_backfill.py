@@ -289,3 +289,27 @@ def test_sync_one_day_takes_a_partition_key_string(store):
     assert report.counts.inserted == 3
     with pytest.raises(ValueError, match="YYYY-MM-DD"):
         sync_one_day(store, fetch, "2026-1-5")
+
+
+def test_dates_and_aware_datetimes_convert_exactly():
+    plus = dt.timezone(dt.timedelta(hours=5, minutes=30))
+    r = Record("k", dt.date(2026, 3, 9), "v", dt.datetime(2026, 3, 9, 12, 0, 0, 123456, tzinfo=plus))
+    assert r.updated_at == dt.datetime(2026, 3, 9, 6, 30, 0, 123456, tzinfo=UTC)
+    assert r.event_date == dt.date(2026, 3, 9)
+    far = dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    assert Record("k", dt.date(9999, 12, 31), "v", far).updated_at == far
+    first = dt.datetime(1, 1, 1, 0, 0, 0, 1, tzinfo=UTC)
+    assert Record("k", dt.date(1, 1, 1), "v", first).updated_at == first
+    assert Record("k", dt.date(1, 1, 1), "v", first).event_date == dt.date(1, 1, 1)
+
+    class NoOffset(dt.tzinfo):
+        def utcoffset(self, _):
+            return None
+
+    for naive in (dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 1, tzinfo=NoOffset())):
+        with pytest.raises(InvalidRecord, match="naive"):
+            Record("k", dt.date(2026, 1, 1), "v", naive)
+    with pytest.raises(InvalidRecord, match="event_date"):
+        Record("k", dt.datetime(2026, 1, 1, tzinfo=UTC), "v", at(JAN[0]))
+    with pytest.raises(InvalidRecord, match="event_date"):
+        Record("k", 20260101, "v", at(JAN[0]))
