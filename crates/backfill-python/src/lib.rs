@@ -318,11 +318,21 @@ fn to_value(key: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
         return Ok(text.to_cow()?.into_owned());
     }
     let py = value.py();
-    let json = py.import("json")?;
-    let kwargs = PyDict::new(py);
-    kwargs.set_item("allow_nan", false)?;
-    let text: String = json
-        .call_method("dumps", (value,), Some(&kwargs))
+    // `json.dumps(…, allow_nan=False)`, looked up once, not per record.
+    static DUMPS: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
+    let dumps = DUMPS.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("allow_nan", false)?;
+        let dumps = py.import("json")?.getattr("dumps")?;
+        Ok(py
+            .import("functools")?
+            .getattr("partial")?
+            .call((dumps,), Some(&kwargs))?
+            .unbind())
+    })?;
+    let text: String = dumps
+        .bind(py)
+        .call1((value,))
         .map_err(|e| InvalidRecord::new_err(format!("record {key:?}: value is not JSON: {e}")))?
         .extract()?;
     let parsed: serde_json::Value = serde_json::from_str(&text)
@@ -361,7 +371,7 @@ fn build_record(
 }
 
 /// One item a fetch yields: a `Record` or a dict with its fields.
-fn to_record(item: &Bound<'_, PyAny>) -> PyResult<Record> {
+fn to_record<'py>(item: &Bound<'py, PyAny>) -> PyResult<Record> {
     if let Ok(record) = item.cast::<PyRecord>() {
         return Ok(record.get().inner.clone());
     }
@@ -371,20 +381,21 @@ fn to_record(item: &Bound<'_, PyAny>) -> PyResult<Record> {
             item.get_type().name()?
         )));
     };
-    let field = |name: &str| dict.get_item(name);
-    let key: String = field("key")?
+    let py = item.py();
+    let field = |name: &Bound<'py, PyString>| dict.get_item(name);
+    let key: String = field(pyo3::intern!(py, "key"))?
         .ok_or_else(|| InvalidRecord::new_err("a record dict has no \"key\""))?
         .extract()
         .map_err(|_| InvalidRecord::new_err("key: must be a str"))?;
-    let event_date = field("event_date")?
+    let event_date = field(pyo3::intern!(py, "event_date"))?
         .ok_or_else(|| InvalidRecord::new_err(format!("record {key:?}: no event_date")))?;
-    let updated_at = field("updated_at")?
+    let updated_at = field(pyo3::intern!(py, "updated_at"))?
         .ok_or_else(|| InvalidRecord::new_err(format!("record {key:?}: no updated_at")))?;
-    let deleted = match field("deleted")? {
+    let deleted = match field(pyo3::intern!(py, "deleted"))? {
         Some(d) => d.is_truthy()?,
         None => false,
     };
-    let value = field("value")?;
+    let value = field(pyo3::intern!(py, "value"))?;
     build_record(&key, &event_date, value.as_ref(), &updated_at, deleted)
 }
 
@@ -448,7 +459,7 @@ impl Fetch for PyFetch {
         // The call itself, on the blocking pool: it may do I/O for a while.
         let started = tokio::task::spawn_blocking(move || {
             Python::attach(
-                |py| -> Result<(Py<PyAny>, Option<DateTime<Utc>>), BoxError> {
+                |py| -> Result<(Py<pyo3::types::PyIterator>, Option<DateTime<Utc>>), BoxError> {
                     let out = func.call1(py, (day,)).map_err(|e| fetch_error(py, e))?;
                     let out = out.bind(py);
                     let (records, as_of) = match out.cast::<PyListing>() {
@@ -462,7 +473,7 @@ impl Fetch for PyFetch {
                         .bind(py)
                         .try_iter()
                         .map_err(|e| fetch_error(py, e))?;
-                    Ok((iter.into_any().unbind(), as_of))
+                    Ok((iter.unbind(), as_of))
                 },
             )
         })
@@ -485,18 +496,19 @@ impl Fetch for PyFetch {
 /// Reads `iter` in chunks of [`CHUNK`] records into `tx`, holding the GIL
 /// only while it reads; stops at the first error or once the day's
 /// consumer is gone.
-fn drain(iter: Py<PyAny>, tx: tokio::sync::mpsc::Sender<Result<Vec<Record>, BoxError>>) {
+fn drain(
+    iter: Py<pyo3::types::PyIterator>,
+    tx: tokio::sync::mpsc::Sender<Result<Vec<Record>, BoxError>>,
+) {
     loop {
         let (chunk, done) = Python::attach(|py| {
-            let iter = iter.bind(py);
+            let mut iter = iter.bind(py).clone();
             let mut chunk = Vec::with_capacity(CHUNK);
             while chunk.len() < CHUNK {
-                let next = match iter.call_method0("__next__") {
-                    Ok(item) => item,
-                    Err(e) if e.is_instance_of::<pyo3::exceptions::PyStopIteration>(py) => {
-                        return (Ok(chunk), true);
-                    }
-                    Err(e) => return (Err(fetch_error(py, e)), true),
+                let next = match iter.next() {
+                    Some(Ok(item)) => item,
+                    None => return (Ok(chunk), true),
+                    Some(Err(e)) => return (Err(fetch_error(py, e)), true),
                 };
                 match to_record(&next) {
                     Ok(record) => chunk.push(record),
