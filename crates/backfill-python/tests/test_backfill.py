@@ -313,3 +313,19 @@ def test_dates_and_aware_datetimes_convert_exactly():
         Record("k", dt.datetime(2026, 1, 1, tzinfo=UTC), "v", at(JAN[0]))
     with pytest.raises(InvalidRecord, match="event_date"):
         Record("k", 20260101, "v", at(JAN[0]))
+
+
+@pytest.mark.parametrize("value", [object(), float("nan"), {"a": float("inf")}, {1: {2}}])
+def test_a_value_that_is_not_json_is_an_invalid_record(value):
+    with pytest.raises(InvalidRecord, match="value"):
+        Record("k", JAN[0], value, at(JAN[0]))
+
+
+def test_hostile_job_settings_are_refused():
+    for bad in ({"retry_delay": -1.0}, {"max_retry_delay": float("nan")}, {"day_timeout": -5.0}):
+        with pytest.raises(ValueError):
+            Job(**bad)
+    with pytest.raises((OverflowError, TypeError)):
+        Job(retries=-1)
+    with pytest.raises(TypeError):
+        Job(concurrency="8")
