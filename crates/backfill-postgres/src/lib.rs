@@ -23,9 +23,18 @@
 //!    inserted after the check: on that `unique_violation` the page rolls
 //!    back to a savepoint taken before its first COPY and merges its slices
 //!    from there instead, so the counts stay exact. Every other slice is
-//!    merged in one statement that joins it
-//!    against the table and against the day's watermark in
-//!    `backfill_days`, classifies each record by its own version against
+//!    merged in one statement that joins it against the table and against
+//!    the day's watermark in `backfill_days`. A day written in one or two
+//!    slices (up to twice [`DEFAULT_PAGE_ROWS`] records by default: a daily
+//!    sync) is joined by hash against its stored rows, read by one scan of
+//!    the index on `event_date` (a day's rows were mostly written
+//!    together, so few pages, in order); only its keys not found there,
+//!    new or stored under another date, are looked up in the primary key.
+//!    A longer day is looked up key by key, so no statement reads the
+//!    whole day again. Each statement is planned for its own arguments
+//!    (`plan_cache_mode = force_custom_plan`, for the apply's transaction
+//!    only): the best join depends on how many records a slice holds. The
+//!    statement classifies each record by its own version against
 //!    the stored one (unchanged and older rows are not even locked: a
 //!    re-run writes no row version of the records table), and writes the
 //!    rest with `INSERT … ON CONFLICT (key) DO UPDATE`, in key order. COPY

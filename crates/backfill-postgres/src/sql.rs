@@ -404,26 +404,41 @@ WITH incoming AS (
            i.updated_at, i.deleted
     FROM unnest($1::text[], $2::date[], $3::text[], $4::timestamptz[], $5::bool[])
         AS i(key, event_date, value, updated_at, deleted)
+), stored AS (
+    -- The stored rows of day `$6` (NULL: none), found by one scan of its
+    -- index and joined by hash: a day's rows were mostly written
+    -- together, so this reads few pages in order, where a probe per key
+    -- descends the primary key once per record.
+    SELECT r.key, r.event_date, r.value, r.updated_at, r.deleted, r.xmin
+    FROM {t} r WHERE r.event_date = $6::date
+), probed AS (
+    SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted,
+           coalesce(d.key, p.key) AS s_key, coalesce(d.event_date, p.event_date) AS s_date,
+           coalesce(d.value, p.value) AS s_value, coalesce(d.updated_at, p.updated_at) AS s_at,
+           coalesce(d.deleted, p.deleted) AS s_deleted, coalesce(d.xmin, p.xmin) AS s_xmin
+    FROM incoming i
+    LEFT JOIN stored d ON d.key = i.key
+    -- Every other key: one primary-key probe, whatever the table's size
+    -- or statistics (OFFSET 0 keeps the planner from turning the lookup
+    -- into a hash join that scans the whole table for every slice).
+    LEFT JOIN LATERAL (
+        SELECT r.key, r.event_date, r.value, r.updated_at, r.deleted, r.xmin
+        FROM {t} r WHERE d.key IS NULL AND r.key = i.key OFFSET 0
+    ) p ON true
 ), classified AS (
     SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted,
-           s.xmin::text AS seen,
-           coalesce(NOT s.deleted, false) AS was_live,
+           i.s_xmin::text AS seen,
+           coalesce(NOT i.s_deleted, false) AS was_live,
            CASE
-               WHEN s.key IS NULL THEN 'w'
+               WHEN i.s_key IS NULL THEN 'w'
                WHEN (i.updated_at, i.deleted, i.value, i.event_date)
-                  > (s.updated_at, s.deleted, s.value, s.event_date) THEN 'w'
+                  > (i.s_at, i.s_deleted, i.s_value, i.s_date) THEN 'w'
                WHEN (i.updated_at, i.deleted, i.value, i.event_date)
-                  = (s.updated_at, s.deleted, s.value, s.event_date) THEN 'n'
+                  = (i.s_at, i.s_deleted, i.s_value, i.s_date) THEN 'n'
                ELSE 's'
            END AS action,
            coalesce(NOT i.deleted AND i.updated_at <= w.listing_watermark, false) AS buried
-    -- One primary-key probe per incoming row, whatever the table's size
-    -- or statistics: OFFSET 0 keeps the planner from turning the lookup
-    -- into a hash join that scans the whole table for every slice.
-    FROM incoming i
-    LEFT JOIN LATERAL (
-        SELECT r.*, r.xmin FROM {t} r WHERE r.key = i.key OFFSET 0
-    ) s ON true
+    FROM probed i
     LEFT JOIN {days} w ON w.records_table = {name} AND w.day = i.event_date
 ), written AS (
     INSERT INTO {t} AS s ({cols})

@@ -68,6 +68,7 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Resul
     let sql = &store.sql;
     let mut client = store.client().await?;
     let tx = client.transaction().await.map_err(pg_error)?;
+    tx.batch_execute(CUSTOM_PLANS).await.map_err(pg_error)?;
 
     // 1.
     let Locked { marked, synced } = lock_days(&tx, sql, &day).await?;
@@ -104,7 +105,10 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Resul
     // 2. and 3. The pages, in key order, each followed by its share of a
     // listing's tombstones.
     let mut counts = Counts::default();
+    let mut first = true;
     while let Some(records) = page {
+        // The day's only page (a batch's): all of the day's records.
+        let whole_day = (std::mem::take(&mut first) && day.is_done()).then(|| day.day());
         // The next page is read (a streamed day's: merged from its
         // temporary files) on the blocking pool while the server writes
         // this one. A batch is one page: its "next" is at once `None`.
@@ -115,7 +119,7 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Resul
                 (day, next)
             })),
         };
-        writes.page(&tx, &records, &mut counts).await?;
+        writes.page(&tx, &records, whole_day, &mut counts).await?;
         let (back, next) = match reading {
             Err(day) => (day, None),
             Ok(reading) => {
@@ -316,6 +320,16 @@ fn count(n: u64) -> i64 {
 const MAX_MERGE_PASSES: u32 = 4;
 
 /// The savepoint before a page's first COPY.
+/// Every statement of an apply planned for its own arguments: the merge's
+/// best plan depends on how many records a slice holds and how many rows
+/// its day has stored, which a plan cached for any arguments cannot know.
+const CUSTOM_PLANS: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
+
+/// The most statements a page may take and still be merged against its
+/// day's stored rows read whole (by the index on `event_date`) rather than
+/// probed key by key: each statement reads the whole day again.
+const DAY_SCAN_SLICES: usize = 2;
+
 const SAVEPOINT: &str = "SAVEPOINT backfill_page";
 /// Undoes a page's writes since its first COPY after a lost race.
 const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT backfill_page";
@@ -416,9 +430,14 @@ impl Writes {
         &mut self,
         tx: &Transaction<'_>,
         page: &[Record],
+        whole_day: Option<NaiveDate>,
         counts: &mut Counts,
     ) -> Result<()> {
         let slices: Vec<&[Record]> = Slices::new(page, self.rows, self.bytes).collect();
+        // A day written in a few statements is merged against its stored
+        // rows read by one scan each; a longer one probes key by key, so
+        // no statement reads the whole day again.
+        let day_scan = whole_day.filter(|_| slices.len() <= DAY_SCAN_SLICES);
         // Since the page's savepoint: the slice it was taken before, and
         // the counts then.
         let mut saved: Option<(usize, Counts)> = None;
@@ -434,7 +453,7 @@ impl Writes {
                 None => None,
             };
             let Some(copy) = copy else {
-                merge_records(tx, &self.merge, slice, counts).await?;
+                merge_records(tx, &self.merge, slice, day_scan, counts).await?;
                 continue;
             };
             if saved.is_none() && self.subtransactions < MAX_SUBTRANSACTIONS {
@@ -471,7 +490,7 @@ impl Writes {
                     self.copy_first = false;
                     *counts = before;
                     for slice in &slices[from..] {
-                        merge_records(tx, &self.merge, slice, counts).await?;
+                        merge_records(tx, &self.merge, slice, day_scan, counts).await?;
                     }
                     saved = Some((from, *counts));
                     break;
@@ -514,7 +533,17 @@ impl CopyChecks {
         if empty {
             return Ok(true);
         }
+        // A few keys first: a slice of a day synced before usually finds
+        // one of them stored, without sending every key.
         let keys: Vec<&str> = records.iter().map(Record::key).collect();
+        if keys.len() > SAMPLE_KEYS && !self.absent(tx, &keys[..SAMPLE_KEYS]).await? {
+            return Ok(false);
+        }
+        self.absent(tx, &keys).await
+    }
+
+    /// Whether none of `keys` is stored.
+    async fn absent(&self, tx: &Transaction<'_>, keys: &[&str]) -> Result<bool> {
         tx.query_one(&self.keys_absent, &[&keys])
             .await
             .map_err(pg_error)?
@@ -522,6 +551,9 @@ impl CopyChecks {
             .map_err(pg_error)
     }
 }
+
+/// The keys [`CopyChecks::none_stored`] looks up before all of a slice's.
+const SAMPLE_KEYS: usize = 64;
 
 /// Adds a copied slice's counts: every record inserted, as itself.
 fn count_copied(records: &[Record], copied: u64, counts: &mut Counts) -> Result<()> {
@@ -591,6 +623,7 @@ async fn merge_records(
     tx: &Transaction<'_>,
     merge: &Statement,
     slice: &[Record],
+    day_scan: Option<NaiveDate>,
     counts: &mut Counts,
 ) -> Result<()> {
     let mut pending: Vec<&Record> = slice.iter().collect();
@@ -607,7 +640,7 @@ async fn merge_records(
                 ),
             ));
         }
-        let raced = merge_slice(tx, merge, &pending, counts).await?;
+        let raced = merge_slice(tx, merge, &pending, day_scan, counts).await?;
         // Rows another writer committed after this statement's snapshot:
         // the upsert locked them and left them alone, so merging them again
         // sees them as they now are, for good.
@@ -630,6 +663,7 @@ async fn merge_slice(
     tx: &Transaction<'_>,
     merge: &Statement,
     records: &[&Record],
+    day_scan: Option<NaiveDate>,
     counts: &mut Counts,
 ) -> Result<Vec<String>> {
     let keys: Vec<&str> = records.iter().map(|r| r.key()).collect();
@@ -638,7 +672,10 @@ async fn merge_slice(
     let instants: Vec<DateTime<Utc>> = records.iter().map(|r| r.updated_at()).collect();
     let deleted: Vec<bool> = records.iter().map(|r| r.is_deleted()).collect();
     let row = tx
-        .query_one(merge, &[&keys, &dates, &values, &instants, &deleted])
+        .query_one(
+            merge,
+            &[&keys, &dates, &values, &instants, &deleted, &day_scan],
+        )
         .await
         .map_err(pg_error)?;
     let count = |name: &str| row.get::<_, i64>(name) as u64;

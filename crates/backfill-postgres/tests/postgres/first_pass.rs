@@ -252,3 +252,79 @@ async fn a_new_day_whose_keys_are_stored_under_another_date_is_merged_exactly() 
         assert_eq!(physical_rows(&store).await, 200);
     }
 }
+
+/// A day synced before is merged again: in one statement against its
+/// stored rows read by one scan of the day (it fits in one or two slices),
+/// or, written in more slices, key by key. Either way, keys stored under
+/// another date (older and newer than ours), tombstones, changed and
+/// identical rows and new keys get the reference store's counts and rows.
+#[tokio::test]
+async fn a_synced_day_merged_again_finds_keys_stored_under_other_dates() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    // Synced first: keys 0..100 of day(0), every tenth a tombstone.
+    let first: Vec<Record> = (0..100)
+        .map(|i| match i % 10 {
+            0 => tombstone(i, 10),
+            _ => live(i, "v1", 10),
+        })
+        .collect();
+    // Keys 100..160 stored under day(1): half older than ours, half newer.
+    let elsewhere: Vec<Record> = (100..160)
+        .map(|i| {
+            let secs = if i % 2 == 0 { 5 } else { 20 };
+            rec(&format!("fp/{i:04}"), day(1), "elsewhere", at(secs))
+        })
+        .collect();
+    // Again: every fifth of 0..100 changed (tombstones revived among them),
+    // keys 100..160 moved to day(0), keys 160..200 new.
+    let again: Vec<Record> = (0..200)
+        .map(|i| match i {
+            0..100 if i % 5 == 0 => live(i, "v2", 11),
+            0..100 => first[i].clone(),
+            _ => live(i, "again", 10),
+        })
+        .collect();
+    let lenient = || WriteOptions::default().event_dates(backfill_core::EventDates::Lenient);
+    // 1000 rows per slice: one statement with the day scan; 60: four
+    // slices, key by key.
+    for page_rows in [1000, 60] {
+        let store = PostgresStore::builder()
+            .schema(testkit::unique_schema())
+            .page_rows(page_rows)
+            .connect(&url)
+            .await
+            .unwrap();
+        let reference = MemoryStore::new();
+        for target in [&store as &dyn Store, &reference] {
+            upsert(target, day(0), first.clone(), WriteOptions::default())
+                .await
+                .unwrap();
+            upsert(target, day(1), elsewhere.clone(), lenient())
+                .await
+                .unwrap();
+        }
+        let expected = upsert(&reference, day(0), again.clone(), WriteOptions::default())
+            .await
+            .unwrap();
+        // 0..100: 10 live rows changed, 10 tombstones revived (inserted),
+        // 80 identical; 100..160: 30 moved (updated), 30 stale; 160..200
+        // inserted.
+        assert_eq!(split(&expected), (50, 40, 0, 80, 30));
+        let counts = upsert(&store, day(0), again.clone(), WriteOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(counts, expected, "page_rows {page_rows}");
+        assert_eq!(
+            store.rows_with_tombstones().await.unwrap(),
+            reference.rows_with_tombstones().await.unwrap(),
+            "page_rows {page_rows}"
+        );
+        // Merged again, nothing is written.
+        let rerun = upsert(&store, day(0), again.clone(), WriteOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(split(&rerun), (0, 0, 0, 170, 30), "page_rows {page_rows}");
+    }
+}
