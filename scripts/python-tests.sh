@@ -15,7 +15,7 @@ python="${PYTHON:-python3}"
 if [[ ! -x "$venv/bin/python" ]]; then
     "$python" -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" pytest
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" pytest mypy
 (
     cd "$repo/crates/backfill-python"
     VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" \
@@ -48,4 +48,6 @@ if [[ -z "${BACKFILL_CLI:-}" ]]; then
 fi
 
 cd "$repo/crates/backfill-python"
+# The stubs hold: the examples type-check strictly against them.
+"$venv/bin/python" -m mypy --strict examples/quickstart.py examples/original_api.py
 "$venv/bin/python" -m pytest -q tests "$@"

@@ -262,6 +262,56 @@ def test_each_day_is_a_line_of_pythons_logging(store, caplog):
     ]
 
 
+def test_every_event_of_a_run_reaches_the_callback_in_order(store):
+    events = []
+    calls = []
+
+    def fetch(day):
+        calls.append(day)
+        if day == JAN[1] and calls.count(day) == 1:
+            raise Transient("rate limited")
+        if day == JAN[2]:
+            raise ValueError("a bug")
+        return orders(day)
+
+    job = Job(retries=1, retry_delay=0.01, max_retry_delay=0.01, on_event=events.append)
+    with pytest.raises(BackfillError):
+        job.backfill(store, fetch, JAN[0], JAN[2])
+    assert [(e.kind, e.day, e.attempt) for e in events] == [
+        ("run_started", None, None),
+        ("day_started", JAN[0], 1),
+        ("day_finished", JAN[0], 1),
+        ("day_started", JAN[1], 1),
+        ("day_retrying", JAN[1], 1),
+        ("day_started", JAN[1], 2),
+        ("day_finished", JAN[1], 2),
+        ("day_started", JAN[2], 1),
+        ("day_failed", JAN[2], 1),
+        ("run_finished", None, None),
+    ]
+    started, retrying, finished, failed, done = (
+        events[0], events[4], events[6], events[8], events[9])
+    assert started.days == JAN[0:3] and started.run_id
+    assert "rate limited" in retrying.error and 0 < retrying.delay <= 0.01
+    assert finished.day_report.counts.inserted == 3
+    assert "ValueError: a bug" in failed.error
+    assert done.run_report.totals.inserted == 6
+    assert done.run_report.failed[0][0] == JAN[2]
+    assert "day_failed" in repr(failed)
+
+
+def test_a_callback_that_raises_is_logged_and_the_run_goes_on(store, caplog):
+    def callback(event):
+        raise RuntimeError(f"cannot handle {event.kind}")
+
+    report = Job(on_event=callback).backfill(store, fetch, JAN[0], JAN[1])
+    assert report.totals.inserted == 6
+    errors = [r.getMessage() for r in caplog.records
+              if r.name == "backfill" and r.levelname == "ERROR"]
+    assert len(errors) == 6  # run, 2 x (started, finished), run
+    assert "RuntimeError: cannot handle run_started" in errors[0]
+
+
 def test_a_store_that_cannot_be_opened_raises_store_error(tmp_path):
     with pytest.raises(backfill.StoreError) as raised:
         backfill.SqliteStore(str(tmp_path / "no" / "such" / "dir" / "p.db"))

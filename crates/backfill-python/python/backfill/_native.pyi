@@ -89,6 +89,21 @@ class Status:
     @property
     def days(self) -> list[tuple[dt.date, str]]: ...
 
+class Event:
+    """One event of a run, as a job's ``on_event`` callback receives it."""
+
+    kind: str
+    """``"run_started"``, ``"day_started"``, ``"day_retrying"``, ``"day_finished"``,
+    ``"day_failed"`` or ``"run_finished"``."""
+    day: Optional[dt.date]
+    attempt: Optional[int]
+    error: Optional[str]
+    delay: Optional[float]
+    run_id: Optional[str]
+    days: Optional[list[dt.date]]
+    day_report: Optional[DayReport]
+    run_report: Optional[RunReport]
+
 class Job:
     def __init__(
         self,
@@ -108,6 +123,7 @@ class Job:
         dry_run: bool = False,
         run_id: Optional[str] = None,
         stream_memory: Optional[int] = None,
+        on_event: Optional[Callable[[Event], object]] = None,
     ) -> None: ...
     def backfill(self, store: Store, fetch: Fetch, start: dt.date, end: dt.date) -> RunReport: ...
     def sync_with_lookback(self, store: Store, fetch: Fetch, lookback: int = 1) -> RunReport: ...

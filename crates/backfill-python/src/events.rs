@@ -1,0 +1,210 @@
+//! A run's events, as lines of Python's `logging` and as `Event` objects
+//! handed to a job's `on_event` callback.
+
+use std::sync::Arc;
+
+use backfill_core::Event;
+use chrono::NaiveDate;
+use pyo3::prelude::*;
+
+use crate::report::{PyDayReport, PyRunReport};
+
+/// What a job's observer does with each event: a line of `logging`, then
+/// the user's callback, if any.
+pub(crate) fn observer(
+    callback: Option<Arc<Py<PyAny>>>,
+) -> impl Fn(&Event<'_>) + Send + Sync + 'static {
+    move |event| {
+        log_event(event);
+        if let Some(callback) = &callback {
+            if let Some(event) = PyEvent::from_event(event) {
+                call(callback, event);
+            }
+        }
+    }
+}
+
+/// Hands `event` to `callback`. An exception it raises is logged with its
+/// traceback (logger `backfill`, ERROR) and the run goes on: a callback
+/// watches a run, it does not steer it.
+fn call(callback: &Py<PyAny>, event: PyEvent) {
+    Python::attach(|py| {
+        let called = Py::new(py, event).and_then(|event| callback.call1(py, (event,)));
+        if let Err(e) = called {
+            let text = crate::fetch::traceback_text(py, &e);
+            let logged = py
+                .import("logging")
+                .and_then(|logging| logging.call_method1("getLogger", ("backfill",)))
+                .and_then(|logger| {
+                    logger.call_method1("error", (format!("on_event raised: {text}"),))
+                });
+            if let Err(e) = logged {
+                e.print(py);
+            }
+        }
+    });
+}
+
+/// One event of a run, handed to a job's `on_event` callback. `kind` is
+/// `"run_started"`, `"day_started"`, `"day_retrying"`, `"day_finished"`,
+/// `"day_failed"` or `"run_finished"`; the other fields are set where that
+/// kind has them, and are `None` elsewhere.
+#[pyclass(module = "backfill", name = "Event", frozen, get_all)]
+#[derive(Debug)]
+pub(crate) struct PyEvent {
+    /// What happened.
+    kind: &'static str,
+    /// The day, for a day's events.
+    day: Option<NaiveDate>,
+    /// The attempt that started or failed (`day_started`, `day_retrying`),
+    /// or the attempts made (`day_finished`, `day_failed`).
+    attempt: Option<u32>,
+    /// Why an attempt or the day failed.
+    error: Option<String>,
+    /// The wait before the next attempt, in seconds (`day_retrying`).
+    delay: Option<f64>,
+    /// The run's id (`run_started`).
+    run_id: Option<String>,
+    /// The planned days, in order (`run_started`).
+    days: Option<Vec<NaiveDate>>,
+    /// What the day did (`day_finished`).
+    day_report: Option<PyDayReport>,
+    /// What the run did (`run_finished`).
+    run_report: Option<PyRunReport>,
+}
+
+impl PyEvent {
+    fn new(kind: &'static str) -> Self {
+        Self {
+            kind,
+            day: None,
+            attempt: None,
+            error: None,
+            delay: None,
+            run_id: None,
+            days: None,
+            day_report: None,
+            run_report: None,
+        }
+    }
+
+    /// The event as Python sees it (`None` for a kind the package does
+    /// not know yet).
+    fn from_event(event: &Event<'_>) -> Option<Self> {
+        Some(match event {
+            Event::RunStarted { run_id, days } => Self {
+                run_id: Some(run_id.as_str().to_owned()),
+                days: Some(days.to_vec()),
+                ..Self::new("run_started")
+            },
+            Event::DayStarted { day, attempt } => Self {
+                day: Some(*day),
+                attempt: Some(*attempt),
+                ..Self::new("day_started")
+            },
+            Event::DayRetrying {
+                day,
+                attempt,
+                error,
+                delay,
+            } => Self {
+                day: Some(*day),
+                attempt: Some(*attempt),
+                error: Some(error.to_string()),
+                delay: Some(delay.as_secs_f64()),
+                ..Self::new("day_retrying")
+            },
+            Event::DayFinished { report } => Self {
+                day: Some(report.day),
+                attempt: Some(report.attempts),
+                day_report: Some((*report).clone().into()),
+                ..Self::new("day_finished")
+            },
+            Event::DayFailed {
+                day,
+                attempts,
+                error,
+            } => Self {
+                day: Some(*day),
+                attempt: Some(*attempts),
+                error: Some(error.to_string()),
+                ..Self::new("day_failed")
+            },
+            Event::RunFinished { report } => Self {
+                run_report: Some((*report).clone().into()),
+                ..Self::new("run_finished")
+            },
+            _ => return None,
+        })
+    }
+}
+
+#[pymethods]
+impl PyEvent {
+    fn __repr__(&self) -> String {
+        let mut parts = vec![format!("kind={:?}", self.kind)];
+        if let Some(day) = self.day {
+            parts.push(format!("day={day}"));
+        }
+        if let Some(attempt) = self.attempt {
+            parts.push(format!("attempt={attempt}"));
+        }
+        if let Some(error) = &self.error {
+            parts.push(format!("error={error:?}"));
+        }
+        format!("Event({})", parts.join(", "))
+    }
+}
+
+/// A day's events as lines of Python's `logging`, logger `backfill`: a
+/// synced day at INFO, a retry at WARNING, a failed day at ERROR (so that
+/// Airflow's and Dagster's log capture show them).
+fn log_event(event: &Event<'_>) {
+    let (level, line) = match event {
+        Event::DayFinished { report } => {
+            let c = &report.counts;
+            (
+                "info",
+                format!(
+                    "{} synced: inserted {} updated {} deleted {} unchanged {} stale {} skipped {} ({} attempt{})",
+                    report.day,
+                    c.inserted,
+                    c.updated,
+                    c.deleted,
+                    c.unchanged,
+                    c.stale,
+                    c.skipped,
+                    report.attempts,
+                    if report.attempts == 1 { "" } else { "s" }
+                ),
+            )
+        }
+        Event::DayRetrying {
+            day,
+            attempt,
+            error,
+            delay,
+        } => (
+            "warning",
+            format!("{day} attempt {attempt} failed, retrying in {delay:?}: {error}"),
+        ),
+        Event::DayFailed {
+            day,
+            attempts,
+            error,
+        } => (
+            "error",
+            format!("{day} FAILED after {attempts} attempt(s): {error}"),
+        ),
+        _ => return,
+    };
+    Python::attach(|py| {
+        let logged = py
+            .import("logging")
+            .and_then(|logging| logging.call_method1("getLogger", ("backfill",)))
+            .and_then(|logger| logger.call_method1(level, (line,)));
+        if let Err(e) = logged {
+            e.print(py);
+        }
+    });
+}

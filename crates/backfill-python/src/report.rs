@@ -1,0 +1,144 @@
+//! What a run did, as Python objects: `Counts`, `DayReport`, `RunReport`
+//! and the ledger's `Status`.
+
+use backfill_core::{Counts, DayReport, RunReport};
+use chrono::NaiveDate;
+use pyo3::prelude::*;
+
+/// What one day's write did.
+#[pyclass(module = "backfill", name = "Counts", frozen, get_all)]
+#[derive(Debug, Clone)]
+pub(crate) struct PyCounts {
+    pub(crate) inserted: u64,
+    pub(crate) updated: u64,
+    pub(crate) deleted: u64,
+    pub(crate) unchanged: u64,
+    pub(crate) stale: u64,
+    pub(crate) collapsed: u64,
+    pub(crate) skipped: u64,
+}
+
+impl From<Counts> for PyCounts {
+    fn from(c: Counts) -> Self {
+        Self {
+            inserted: c.inserted,
+            updated: c.updated,
+            deleted: c.deleted,
+            unchanged: c.unchanged,
+            stale: c.stale,
+            collapsed: c.collapsed,
+            skipped: c.skipped,
+        }
+    }
+}
+
+#[pymethods]
+impl PyCounts {
+    /// Rows written: inserted, updated and deleted.
+    #[getter]
+    fn written(&self) -> u64 {
+        self.inserted + self.updated + self.deleted
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Counts(inserted={}, updated={}, deleted={}, unchanged={}, stale={}, collapsed={}, skipped={})",
+            self.inserted, self.updated, self.deleted, self.unchanged, self.stale, self.collapsed, self.skipped
+        )
+    }
+}
+
+/// One day's outcome.
+#[pyclass(module = "backfill", name = "DayReport", frozen, get_all)]
+#[derive(Debug, Clone)]
+pub(crate) struct PyDayReport {
+    pub(crate) day: NaiveDate,
+    pub(crate) counts: PyCounts,
+    pub(crate) attempts: u32,
+}
+
+impl From<DayReport> for PyDayReport {
+    fn from(r: DayReport) -> Self {
+        Self {
+            day: r.day,
+            counts: r.counts.into(),
+            attempts: r.attempts,
+        }
+    }
+}
+
+/// What a run did, day by day; `str()` is its table.
+#[pyclass(module = "backfill", name = "RunReport", frozen)]
+#[derive(Debug, Clone)]
+pub(crate) struct PyRunReport {
+    pub(crate) inner: RunReport,
+}
+
+impl From<RunReport> for PyRunReport {
+    fn from(inner: RunReport) -> Self {
+        Self { inner }
+    }
+}
+
+#[pymethods]
+impl PyRunReport {
+    /// One report per synced day, in day order.
+    #[getter]
+    fn days(&self) -> Vec<PyDayReport> {
+        self.inner.days.iter().cloned().map(Into::into).collect()
+    }
+
+    /// The failed days, in day order, as `(day, error text)`.
+    #[getter]
+    fn failed(&self) -> Vec<(NaiveDate, String)> {
+        self.inner
+            .failed
+            .iter()
+            .map(|f| (f.day, f.error.clone()))
+            .collect()
+    }
+
+    /// The days never started (fail fast, or a stopped run).
+    #[getter]
+    fn skipped(&self) -> Vec<NaiveDate> {
+        self.inner.skipped.clone()
+    }
+
+    /// The run's totals.
+    #[getter]
+    fn totals(&self) -> PyCounts {
+        self.inner.totals().into()
+    }
+
+    /// The run's id, as the ledger rows carry it.
+    #[getter]
+    fn run_id(&self) -> Option<String> {
+        self.inner.run_id.as_ref().map(|r| r.as_str().to_owned())
+    }
+
+    fn __str__(&self) -> String {
+        self.inner.to_string()
+    }
+}
+
+/// The ledger's view of a range of days.
+#[pyclass(module = "backfill", name = "Status", frozen)]
+#[derive(Debug)]
+pub(crate) struct PyStatus {
+    pub(crate) text: String,
+    pub(crate) days: Vec<(NaiveDate, String)>,
+}
+
+#[pymethods]
+impl PyStatus {
+    /// Every day of the range with its state: `"missing"`, `"synced"` or
+    /// `"failed"`.
+    #[getter]
+    fn days(&self) -> Vec<(NaiveDate, String)> {
+        self.days.clone()
+    }
+
+    fn __str__(&self) -> &str {
+        &self.text
+    }
+}

@@ -1,0 +1,142 @@
+//! `MemoryStore`, `SqliteStore` and `PostgresStore`: the engine's stores,
+//! opened as their builders open them.
+
+use std::sync::Arc;
+
+use backfill_core::{MemoryStore, Store};
+use pyo3::prelude::*;
+
+use crate::errors::to_py;
+use crate::record::PyRecord;
+use crate::runtime::block;
+
+/// The store a Python store object holds.
+#[derive(Clone)]
+pub(crate) struct Shared(pub(crate) Arc<dyn Store>);
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Store")
+    }
+}
+
+/// The store in memory, for tests and notebooks.
+#[pyclass(module = "backfill", name = "MemoryStore", frozen)]
+#[derive(Debug)]
+pub(crate) struct PyMemoryStore {
+    pub(crate) store: Shared,
+}
+
+#[pymethods]
+impl PyMemoryStore {
+    #[new]
+    fn new() -> Self {
+        Self {
+            store: Shared(Arc::new(MemoryStore::new())),
+        }
+    }
+
+    /// Every live record, in key order.
+    fn rows(&self, py: Python<'_>) -> PyResult<Vec<PyRecord>> {
+        rows(py, &self.store)
+    }
+}
+
+/// An embedded SQLite file (created if missing).
+#[pyclass(module = "backfill", name = "SqliteStore", frozen)]
+#[derive(Debug)]
+pub(crate) struct PySqliteStore {
+    pub(crate) store: Shared,
+}
+
+#[pymethods]
+impl PySqliteStore {
+    /// `SqliteStore(path, table="backfill_records")`; `":memory:"` for a
+    /// database of its own in memory.
+    #[new]
+    #[pyo3(signature = (path, table=None))]
+    fn new(py: Python<'_>, path: std::path::PathBuf, table: Option<String>) -> PyResult<Self> {
+        let opened = block(py, async move {
+            let mut builder = if path.as_os_str() == ":memory:" {
+                backfill_sqlite::SqliteStore::builder_in_memory()
+            } else {
+                backfill_sqlite::SqliteStore::builder(path)
+            };
+            if let Some(table) = table {
+                builder = builder.table(table);
+            }
+            builder.open().await
+        })?;
+        let store = opened.map_err(to_py)?;
+        Ok(Self {
+            store: Shared(Arc::new(store)),
+        })
+    }
+
+    /// Every live record, in key order.
+    fn rows(&self, py: Python<'_>) -> PyResult<Vec<PyRecord>> {
+        rows(py, &self.store)
+    }
+}
+
+/// A Postgres database.
+#[pyclass(module = "backfill", name = "PostgresStore", frozen)]
+#[derive(Debug)]
+pub(crate) struct PyPostgresStore {
+    pub(crate) store: Shared,
+}
+
+#[pymethods]
+impl PyPostgresStore {
+    /// `PostgresStore(url, schema="public", table="backfill_records")`.
+    #[new]
+    #[pyo3(signature = (url, schema=None, table=None))]
+    fn new(
+        py: Python<'_>,
+        url: String,
+        schema: Option<String>,
+        table: Option<String>,
+    ) -> PyResult<Self> {
+        let opened = block(py, async move {
+            let mut builder = backfill_postgres::PostgresStore::builder();
+            if let Some(schema) = schema {
+                builder = builder.schema(schema);
+            }
+            if let Some(table) = table {
+                builder = builder.table(table);
+            }
+            builder.connect(&url).await
+        })?;
+        let store = opened.map_err(to_py)?;
+        Ok(Self {
+            store: Shared(Arc::new(store)),
+        })
+    }
+
+    /// Every live record, in key order.
+    fn rows(&self, py: Python<'_>) -> PyResult<Vec<PyRecord>> {
+        rows(py, &self.store)
+    }
+}
+
+pub(crate) fn rows(py: Python<'_>, store: &Shared) -> PyResult<Vec<PyRecord>> {
+    let store = store.0.clone();
+    let rows = block(py, async move { store.rows().await })?.map_err(to_py)?;
+    Ok(rows.into_iter().map(|inner| PyRecord { inner }).collect())
+}
+
+/// The store behind any of the Python store objects.
+pub(crate) fn store_of(store: &Bound<'_, PyAny>) -> PyResult<Shared> {
+    if let Ok(s) = store.cast::<PyMemoryStore>() {
+        return Ok(s.get().store.clone());
+    }
+    if let Ok(s) = store.cast::<PySqliteStore>() {
+        return Ok(s.get().store.clone());
+    }
+    if let Ok(s) = store.cast::<PyPostgresStore>() {
+        return Ok(s.get().store.clone());
+    }
+    Err(pyo3::exceptions::PyTypeError::new_err(
+        "store must be a MemoryStore, SqliteStore or PostgresStore",
+    ))
+}
