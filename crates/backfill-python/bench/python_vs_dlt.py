@@ -45,7 +45,8 @@ def all_records():
 
 def written(url, schema, table):
     """Tuples inserted, updated and deleted in `schema.table` so far."""
-    time.sleep(1.5)  # other sessions' statistics reach the view within a second
+    # An idle session reports its statistics within 10 s (PGSTAT_IDLE_INTERVAL).
+    time.sleep(11)
     with psycopg2.connect(url) as conn, conn.cursor() as cur:
         cur.execute("SELECT pg_stat_clear_snapshot()")
         cur.execute(
