@@ -30,6 +30,33 @@ pub enum Error {
         problem: Problem,
     },
 
+    /// A record's value does not fit one of the store's typed
+    /// [columns](crate::columns): the record is refused, and nothing of its
+    /// day is written.
+    #[error("invalid record {}: column {column} (path {path}): {problem}{}", ShortKey(.key), Offending(.text))]
+    InvalidColumn {
+        /// The offending record's key.
+        key: String,
+        /// The column.
+        column: String,
+        /// The path to its field in the value.
+        path: String,
+        /// What is wrong.
+        problem: crate::columns::ColumnProblem,
+        /// The offending text (at most 200 bytes of it; empty for a missing
+        /// field).
+        text: String,
+    },
+
+    /// A typed column's declaration is malformed, or the columns clash.
+    #[error("invalid column declaration {declaration:?}: {reason}")]
+    InvalidColumnDeclaration {
+        /// The declaration, or the column's name.
+        declaration: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// In strict mode, a fetch for one day returned a record of another day:
     /// a fetch bug. Nothing of the batch was written.
     #[error("record {} has event_date {found} but the batch is for {expected}", ShortKey(.key))]
@@ -397,6 +424,18 @@ impl fmt::Display for Problem {
     }
 }
 
+/// `: <text>` after a column error's problem, when there is a text.
+struct Offending<'a>(&'a str);
+
+impl fmt::Display for Offending<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            "" => Ok(()),
+            text => write!(f, ": {text}"),
+        }
+    }
+}
+
 /// Shows an error and its causes, `error: cause: cause`. Driver errors often
 /// keep the useful part in a cause (tokio-postgres shows only "db error";
 /// the server's message is its source), and this is where the store's
@@ -442,7 +481,12 @@ impl fmt::Display for ShortKey<'_> {
 /// record error itself, not hidden inside `Error::Fetch`.
 pub(crate) fn fetch_error(day: NaiveDate, source: BoxError) -> Error {
     match source.downcast::<Error>() {
-        Ok(error) if matches!(*error, Error::InvalidRecord { .. } | Error::WrongDay { .. }) => {
+        Ok(error)
+            if matches!(
+                *error,
+                Error::InvalidRecord { .. } | Error::WrongDay { .. } | Error::InvalidColumn { .. }
+            ) =>
+        {
             *error
         }
         Ok(error) => Error::Fetch { day, source: error },

@@ -57,6 +57,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod adapter;
+pub mod columns;
 mod counts;
 mod error;
 mod fetch;

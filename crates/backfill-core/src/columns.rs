@@ -1,0 +1,946 @@
+//! Typed columns: fields of a record's JSON `value` that a store keeps as
+//! columns of their own, in the database's own types, so the synced table
+//! is one analysts query directly.
+//!
+//! A [`Column`] names a column, its [`ColumnType`], the path to its field
+//! in the value (a top-level field, or nested: `customer.id`) and whether
+//! the field may be missing. [`Columns::extract`] reads a record's fields
+//! as [`ColumnValue`]s, refusing — before anything is written — a value
+//! that is not JSON, a required field that is missing, or a field that
+//! does not fit its type, with an [`Error::InvalidColumn`] naming the key,
+//! the column, the path and the offending text. A tombstone has every
+//! column NULL.
+//!
+//! Columns are a function of `value` alone: the contract's version
+//! (`updated_at, deleted, value, event_date`) is unchanged by them, and so
+//! are convergence, digests and a re-run that writes nothing.
+//!
+//! ```
+//! use backfill_core::columns::{Column, ColumnValue, Columns};
+//! use backfill_core::Record;
+//! use chrono::{NaiveDate, TimeZone, Utc};
+//!
+//! let columns = Columns::new([
+//!     Column::parse("total_cents:integer=total_cents")?,
+//!     Column::parse("customer:text?=customer.id")?,
+//! ])?;
+//! let day = NaiveDate::from_ymd_opt(2026, 1, 15).unwrap();
+//! let at = Utc.with_ymd_and_hms(2026, 1, 15, 9, 0, 0).unwrap();
+//! let record = Record::new("order:1", day, r#"{"total_cents": 1250, "customer": {"id": "c7"}}"#, at)?;
+//! assert_eq!(
+//!     columns.extract(&record)?,
+//!     vec![ColumnValue::Integer(1250), ColumnValue::Text("c7".into())]
+//! );
+//! # Ok::<(), backfill_core::Error>(())
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Datelike, NaiveDate, Utc};
+use serde_json::value::RawValue;
+
+use crate::adapter::check_identifier;
+use crate::{Error, Record, Result, MAX_YEAR, MIN_YEAR};
+
+/// The most columns a store keeps beside its own five.
+pub const MAX_COLUMNS: usize = 500;
+
+/// The deepest path a column may take into a value.
+pub const MAX_PATH_DEPTH: usize = 32;
+
+/// The names a column may not take: the records table's own columns.
+pub const RESERVED_NAMES: [&str; 5] = ["key", "event_date", "value", "updated_at", "deleted"];
+
+/// A column's type, and what a field must be to fit it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ColumnType {
+    /// A JSON string.
+    Text,
+    /// A JSON number written as an integer (no fraction, no exponent) that
+    /// fits 64 bits signed.
+    Integer,
+    /// A finite JSON number (`1e400` does not fit).
+    Double,
+    /// A JSON number, kept exactly as written (Postgres `numeric`).
+    Numeric,
+    /// `true` or `false`.
+    Boolean,
+    /// A JSON string `YYYY-MM-DD`, a real date, years 1 to 9999.
+    Date,
+    /// A JSON string, an RFC 3339 instant with its offset (`Z` or
+    /// `±hh:mm`), kept in UTC; years 1 to 9999.
+    Timestamp,
+    /// Any JSON value, kept as its JSON text (Postgres `jsonb`).
+    Json,
+}
+
+impl ColumnType {
+    /// The type's name as declarations write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ColumnType::Text => "text",
+            ColumnType::Integer => "integer",
+            ColumnType::Double => "double",
+            ColumnType::Numeric => "numeric",
+            ColumnType::Boolean => "boolean",
+            ColumnType::Date => "date",
+            ColumnType::Timestamp => "timestamptz",
+            ColumnType::Json => "json",
+        }
+    }
+}
+
+impl fmt::Display for ColumnType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ColumnType {
+    type Err = Error;
+
+    /// A type's name, or a Postgres spelling of it: `text`; `integer`,
+    /// `bigint`, `int8`; `double`, `float8`, `double precision`;
+    /// `numeric`, `decimal`; `boolean`, `bool`; `date`; `timestamptz`,
+    /// `timestamp`; `json`, `jsonb`.
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s.trim().to_ascii_lowercase().as_str() {
+            "text" => ColumnType::Text,
+            "integer" | "bigint" | "int8" => ColumnType::Integer,
+            "double" | "float8" | "double precision" => ColumnType::Double,
+            "numeric" | "decimal" => ColumnType::Numeric,
+            "boolean" | "bool" => ColumnType::Boolean,
+            "date" => ColumnType::Date,
+            "timestamptz" | "timestamp" => ColumnType::Timestamp,
+            "json" | "jsonb" => ColumnType::Json,
+            _ => {
+                return Err(Error::InvalidColumnDeclaration {
+                    declaration: s.to_owned(),
+                    reason: "unknown type: expected text, integer, double, numeric, \
+                             boolean, date, timestamptz or json"
+                        .to_owned(),
+                })
+            }
+        })
+    }
+}
+
+/// One typed column: its name, type, the path to its field in the value,
+/// and whether the field may be missing (or JSON `null`): then the column
+/// is NULL; a required field that is missing refuses the record.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Column {
+    name: String,
+    ty: ColumnType,
+    path: Vec<String>,
+    nullable: bool,
+    indexed: bool,
+}
+
+impl Column {
+    /// A required column `name` of type `ty`, from the top-level field of
+    /// the same name.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] if `name` is not `[a-z_][a-z0-9_]*` (at most
+    /// 63 bytes); [`Error::InvalidColumnDeclaration`] if it is one of the
+    /// table's own columns ([`RESERVED_NAMES`]).
+    pub fn new(name: impl Into<String>, ty: ColumnType) -> Result<Self> {
+        let name = name.into();
+        check_identifier("column", &name)?;
+        if RESERVED_NAMES.contains(&name.as_str()) {
+            return Err(Error::InvalidColumnDeclaration {
+                declaration: name,
+                reason: "the records table has a column of that name".to_owned(),
+            });
+        }
+        Ok(Self {
+            path: vec![name.clone()],
+            name,
+            ty,
+            nullable: false,
+            indexed: false,
+        })
+    }
+
+    /// The path to the field: one name per level of nesting, as written in
+    /// the JSON (any text: dots, quotes, unicode).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidColumnDeclaration`] for an empty path, or one deeper
+    /// than [`MAX_PATH_DEPTH`].
+    pub fn path<I, S>(mut self, segments: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let path: Vec<String> = segments.into_iter().map(Into::into).collect();
+        if path.is_empty() || path.len() > MAX_PATH_DEPTH {
+            return Err(Error::InvalidColumnDeclaration {
+                declaration: self.name,
+                reason: format!("a path has 1 to {MAX_PATH_DEPTH} fields"),
+            });
+        }
+        self.path = path;
+        Ok(self)
+    }
+
+    /// Whether the field may be missing or `null` (the column is then
+    /// NULL). Default: required.
+    pub fn nullable(mut self, nullable: bool) -> Self {
+        self.nullable = nullable;
+        self
+    }
+
+    /// Whether the store keeps an index on the column. Default: no.
+    pub fn indexed(mut self, indexed: bool) -> Self {
+        self.indexed = indexed;
+        self
+    }
+
+    /// A column from its declaration, as the command line takes it:
+    /// `name:type[?][=path]`. `?` makes it nullable; the path is the field
+    /// names joined by dots (`customer.id`), or a JSON array of them when a
+    /// name holds a dot (`["a.b", "c"]`); without one, the top-level field
+    /// `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidColumnDeclaration`] (or [`Error::InvalidName`])
+    /// naming what is wrong.
+    pub fn parse(declaration: &str) -> Result<Self> {
+        let bad = |reason: &str| Error::InvalidColumnDeclaration {
+            declaration: declaration.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let (head, path) = match declaration.split_once('=') {
+            Some((head, path)) => (head, Some(path.trim())),
+            None => (declaration, None),
+        };
+        let (name, ty) = head
+            .split_once(':')
+            .ok_or_else(|| bad("expected name:type[?][=path]"))?;
+        let (ty, nullable) = match ty.trim().strip_suffix('?') {
+            Some(ty) => (ty, true),
+            None => (ty, false),
+        };
+        let ty: ColumnType = ty.parse().map_err(|_| {
+            bad("unknown type: expected text, integer, double, numeric, boolean, date, timestamptz or json")
+        })?;
+        let column = Column::new(name.trim(), ty)?.nullable(nullable);
+        match path {
+            None => Ok(column),
+            Some(p) if p.starts_with('[') => {
+                let segments: Vec<String> = serde_json::from_str(p)
+                    .map_err(|_| bad("a bracketed path is a JSON array of strings"))?;
+                column.path(segments)
+            }
+            Some(p) => {
+                let segments: Vec<&str> = p.split('.').collect();
+                if segments.iter().any(|s| s.is_empty()) {
+                    return Err(bad("a dotted path has no empty field name"));
+                }
+                column.path(segments)
+            }
+        }
+    }
+
+    /// The column's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The column's type.
+    pub fn column_type(&self) -> ColumnType {
+        self.ty
+    }
+
+    /// The path to its field, one name per level.
+    pub fn field_path(&self) -> &[String] {
+        &self.path
+    }
+
+    /// Whether the field may be missing.
+    pub fn is_nullable(&self) -> bool {
+        self.nullable
+    }
+
+    /// Whether the store keeps an index on it.
+    pub fn is_indexed(&self) -> bool {
+        self.indexed
+    }
+
+    /// The path as errors and declarations show it: dotted, or a JSON
+    /// array when a field name holds a dot, a bracket or a quote.
+    pub fn path_text(&self) -> String {
+        let plain = self
+            .path
+            .iter()
+            .all(|s| !s.is_empty() && !s.contains(['.', '[', '"']));
+        if plain {
+            self.path.join(".")
+        } else {
+            serde_json::to_string(&self.path).expect("strings serialize")
+        }
+    }
+
+    /// This column's value in a live record's JSON value `root` (whose top
+    /// level is `top`, parsed once for every column), read down its path.
+    /// `key` names the record in errors.
+    fn read(&self, key: &str, root: &RawValue, top: Option<&Object<'_>>) -> Result<ColumnValue> {
+        let fail = |problem: ColumnProblem, text: &str| Error::InvalidColumn {
+            key: key.to_owned(),
+            column: self.name.clone(),
+            path: self.path_text(),
+            problem,
+            text: shorten(text),
+        };
+        let (first, rest) = self.path.split_first().expect("a path has a field");
+        let Some(top) = top else {
+            return Err(fail(ColumnProblem::Missing, root.get()));
+        };
+        let Some(mut raw) = top.get(first).copied() else {
+            return self.missing(&fail);
+        };
+        for field in rest {
+            if raw.get() == "null" {
+                return self.missing(&fail);
+            }
+            let Some(level) = object(raw) else {
+                return Err(fail(ColumnProblem::Missing, raw.get()));
+            };
+            match level.get(field) {
+                Some(inner) => raw = inner,
+                None => return self.missing(&fail),
+            }
+        }
+        let text = raw.get();
+        if text == "null" {
+            return self.missing(&fail);
+        }
+        let wrong = || fail(ColumnProblem::WrongType(self.ty), text);
+        Ok(match self.ty {
+            ColumnType::Json => ColumnValue::Json(text.to_owned()),
+            ColumnType::Boolean => match text {
+                "true" => ColumnValue::Boolean(true),
+                "false" => ColumnValue::Boolean(false),
+                _ => return Err(wrong()),
+            },
+            ColumnType::Integer => {
+                if !is_json_number(text) {
+                    return Err(wrong());
+                }
+                if text.contains(['.', 'e', 'E']) {
+                    return Err(wrong());
+                }
+                // "-0" is the integer 0.
+                ColumnValue::Integer(
+                    text.parse::<i64>()
+                        .map_err(|_| fail(ColumnProblem::OutOfRange, text))?,
+                )
+            }
+            ColumnType::Double => {
+                if !is_json_number(text) {
+                    return Err(wrong());
+                }
+                let x: f64 = text.parse().map_err(|_| wrong())?;
+                if !x.is_finite() {
+                    return Err(fail(ColumnProblem::OutOfRange, text));
+                }
+                ColumnValue::Double(x)
+            }
+            ColumnType::Numeric => {
+                if !is_json_number(text) {
+                    return Err(wrong());
+                }
+                ColumnValue::Numeric(text.to_owned())
+            }
+            ColumnType::Text | ColumnType::Date | ColumnType::Timestamp => {
+                let Ok(s) = serde_json::from_str::<String>(text) else {
+                    return Err(wrong());
+                };
+                if s.contains('\0') {
+                    return Err(fail(ColumnProblem::ContainsNul, text));
+                }
+                match self.ty {
+                    ColumnType::Text => ColumnValue::Text(s),
+                    ColumnType::Date => ColumnValue::Date(
+                        parse_date(&s).ok_or_else(|| fail(ColumnProblem::NotADate, text))?,
+                    ),
+                    _ => ColumnValue::Timestamp(
+                        parse_instant(&s).ok_or_else(|| fail(ColumnProblem::NotAnInstant, text))?,
+                    ),
+                }
+            }
+        })
+    }
+
+    fn missing(&self, fail: &dyn Fn(ColumnProblem, &str) -> Error) -> Result<ColumnValue> {
+        if self.nullable {
+            Ok(ColumnValue::Null)
+        } else {
+            Err(fail(ColumnProblem::Missing, ""))
+        }
+    }
+}
+
+/// What one column holds for one record.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ColumnValue {
+    /// NULL: a tombstone, or a nullable field that is missing or `null`.
+    Null,
+    /// A [`ColumnType::Text`] value.
+    Text(String),
+    /// A [`ColumnType::Integer`] value.
+    Integer(i64),
+    /// A [`ColumnType::Double`] value.
+    Double(f64),
+    /// A [`ColumnType::Numeric`] value: the number as the JSON writes it.
+    Numeric(String),
+    /// A [`ColumnType::Boolean`] value.
+    Boolean(bool),
+    /// A [`ColumnType::Date`] value.
+    Date(NaiveDate),
+    /// A [`ColumnType::Timestamp`] value, in UTC.
+    Timestamp(DateTime<Utc>),
+    /// A [`ColumnType::Json`] value: its JSON text, as the value writes it.
+    Json(String),
+}
+
+/// Why a record's field does not fit its column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ColumnProblem {
+    /// Columns are declared, and the value is not JSON.
+    NotJson,
+    /// A required field is missing or `null` (or a level of its path is
+    /// not an object).
+    Missing,
+    /// The field is not of the column's type.
+    WrongType(ColumnType),
+    /// The number does not fit the type (past 64 bits, or not finite).
+    OutOfRange,
+    /// A text holds a NUL character, which no store keeps.
+    ContainsNul,
+    /// Not a `YYYY-MM-DD` date in years 1 to 9999.
+    NotADate,
+    /// Not an RFC 3339 instant with an offset, in years 1 to 9999.
+    NotAnInstant,
+}
+
+impl fmt::Display for ColumnProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ColumnProblem::NotJson => f.write_str("the value is not JSON"),
+            ColumnProblem::Missing => f.write_str("the field is missing"),
+            ColumnProblem::WrongType(ty) => write!(f, "the field is not {}", article(*ty)),
+            ColumnProblem::OutOfRange => f.write_str("the number is out of range"),
+            ColumnProblem::ContainsNul => f.write_str("the text contains a NUL character"),
+            ColumnProblem::NotADate => f.write_str("the field is not a date (YYYY-MM-DD)"),
+            ColumnProblem::NotAnInstant => {
+                f.write_str("the field is not an instant with an offset (RFC 3339)")
+            }
+        }
+    }
+}
+
+fn article(ty: ColumnType) -> &'static str {
+    match ty {
+        ColumnType::Text => "a string",
+        ColumnType::Integer => "an integer",
+        ColumnType::Double => "a number",
+        ColumnType::Numeric => "a number",
+        ColumnType::Boolean => "true or false",
+        ColumnType::Date => "a date",
+        ColumnType::Timestamp => "an instant",
+        ColumnType::Json => "JSON",
+    }
+}
+
+/// A store's typed columns, in their order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Columns(Vec<Column>);
+
+impl Columns {
+    /// The columns, in this order.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidColumnDeclaration`] for two columns of one name, or
+    /// more than [`MAX_COLUMNS`].
+    pub fn new(columns: impl IntoIterator<Item = Column>) -> Result<Self> {
+        let columns: Vec<Column> = columns.into_iter().collect();
+        if columns.len() > MAX_COLUMNS {
+            return Err(Error::InvalidColumnDeclaration {
+                declaration: format!("{} columns", columns.len()),
+                reason: format!("at most {MAX_COLUMNS} columns"),
+            });
+        }
+        let mut seen = HashSet::new();
+        for c in &columns {
+            if !seen.insert(c.name.as_str()) {
+                return Err(Error::InvalidColumnDeclaration {
+                    declaration: c.name.clone(),
+                    reason: "two columns have this name".to_owned(),
+                });
+            }
+        }
+        Ok(Self(columns))
+    }
+
+    /// The columns, in order.
+    pub fn iter(&self) -> std::slice::Iter<'_, Column> {
+        self.0.iter()
+    }
+
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `record`'s value in each column, in order: every column NULL for a
+    /// tombstone.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidColumn`] for the first column the record's value
+    /// does not fit (a value that is not JSON, when any column is
+    /// declared, is [`ColumnProblem::NotJson`]).
+    pub fn extract(&self, record: &Record) -> Result<Vec<ColumnValue>> {
+        if record.is_deleted() || self.0.is_empty() {
+            return Ok(vec![ColumnValue::Null; self.0.len()]);
+        }
+        let root: &RawValue =
+            serde_json::from_str(record.value()).map_err(|_| Error::InvalidColumn {
+                key: record.key().to_owned(),
+                column: self.0[0].name.clone(),
+                path: self.0[0].path_text(),
+                problem: ColumnProblem::NotJson,
+                text: shorten(record.value()),
+            })?;
+        let top = object(root);
+        self.0
+            .iter()
+            .map(|c| c.read(record.key(), root, top.as_ref()))
+            .collect()
+    }
+
+    /// Checks that every column fits `record`, without keeping the values.
+    ///
+    /// # Errors
+    ///
+    /// As [`Columns::extract`].
+    pub fn check(&self, record: &Record) -> Result<()> {
+        self.extract(record).map(drop)
+    }
+}
+
+impl<'a> IntoIterator for &'a Columns {
+    type Item = &'a Column;
+    type IntoIter = std::slice::Iter<'a, Column>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+/// One level of a JSON object: its members' values stay raw text (numbers
+/// are never rounded), field names unescaped. A name given twice is the
+/// last one, as JSON parsers (and Postgres' `jsonb`) read it. `None` when
+/// `raw` is not an object.
+type Object<'a> = HashMap<String, &'a RawValue>;
+
+fn object(raw: &RawValue) -> Option<Object<'_>> {
+    if !raw.get().starts_with('{') {
+        return None;
+    }
+    serde_json::from_str(raw.get()).ok()
+}
+
+/// Whether `text` is one JSON number (`-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?`).
+fn is_json_number(text: &str) -> bool {
+    let b = text.as_bytes();
+    let mut i = 0;
+    if b.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    match b.get(i) {
+        Some(b'0') => i += 1,
+        Some(b'1'..=b'9') => {
+            while matches!(b.get(i), Some(b'0'..=b'9')) {
+                i += 1;
+            }
+        }
+        _ => return false,
+    }
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let start = i;
+        while matches!(b.get(i), Some(b'0'..=b'9')) {
+            i += 1;
+        }
+        if i == start {
+            return false;
+        }
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        let start = i;
+        while matches!(b.get(i), Some(b'0'..=b'9')) {
+            i += 1;
+        }
+        if i == start {
+            return false;
+        }
+    }
+    i == b.len()
+}
+
+/// `YYYY-MM-DD`, exactly, a real date in years 1 to 9999.
+fn parse_date(s: &str) -> Option<NaiveDate> {
+    if s.len() != 10 {
+        return None;
+    }
+    let d = NaiveDate::parse_from_str(s, "%Y-%m-%d").ok()?;
+    ((MIN_YEAR..=MAX_YEAR).contains(&d.year()) && d.format("%Y-%m-%d").to_string() == s)
+        .then_some(d)
+}
+
+/// An RFC 3339 instant with its offset, in years 1 to 9999, as UTC.
+fn parse_instant(s: &str) -> Option<DateTime<Utc>> {
+    let t = DateTime::parse_from_rfc3339(s).ok()?.with_timezone(&Utc);
+    (MIN_YEAR..=MAX_YEAR).contains(&t.year()).then_some(t)
+}
+
+/// At most 200 bytes of an offending text, cut at a character boundary.
+fn shorten(text: &str) -> String {
+    const MAX: usize = 200;
+    if text.len() <= MAX {
+        return text.to_owned();
+    }
+    let mut end = MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::fixtures::{at, day, rec, tomb};
+
+    fn one(declaration: &str, value: &str) -> Result<ColumnValue> {
+        let columns = Columns::new([Column::parse(declaration)?])?;
+        columns
+            .extract(&rec("k1", day(0), value, at(0)))
+            .map(|mut v| v.remove(0))
+    }
+
+    fn problem(declaration: &str, value: &str) -> (ColumnProblem, String) {
+        match one(declaration, value) {
+            Err(Error::InvalidColumn { problem, text, .. }) => (problem, text),
+            other => panic!("{declaration} on {value}: expected InvalidColumn, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn declarations_parse_with_types_nullability_and_paths() {
+        let c = Column::parse("total_cents:bigint=order.total_cents").unwrap();
+        assert_eq!(
+            (c.name(), c.column_type(), c.field_path(), c.is_nullable()),
+            (
+                "total_cents",
+                ColumnType::Integer,
+                &["order".to_owned(), "total_cents".to_owned()][..],
+                false
+            )
+        );
+        let c = Column::parse("status:text?").unwrap();
+        assert_eq!(
+            (c.field_path(), c.is_nullable()),
+            (&["status".to_owned()][..], true)
+        );
+        let c = Column::parse(r#"odd:json=["a.b", "c\"d", "ü"]"#).unwrap();
+        assert_eq!(c.field_path(), ["a.b", "c\"d", "ü"]);
+        assert_eq!(c.path_text(), r#"["a.b","c\"d","ü"]"#);
+        for t in [
+            "double precision",
+            "FLOAT8",
+            "jsonb",
+            "timestamp",
+            "decimal",
+            "bool",
+        ] {
+            assert!(Column::parse(&format!("c:{t}")).is_ok(), "{t}");
+        }
+    }
+
+    #[test]
+    fn hostile_declarations_are_refused() {
+        for bad in [
+            "no_type",
+            "c:varchar",
+            "c:integer=a..b",
+            "c:integer=",
+            "c:integer=[1, 2]",
+            "Upper:text",
+            "select;drop:text",
+            "key:text",
+            "value:json",
+            "deleted:boolean",
+            "event_date:date",
+            "updated_at:timestamptz",
+            ":text",
+        ] {
+            assert!(
+                matches!(
+                    Column::parse(bad),
+                    Err(Error::InvalidColumnDeclaration { .. } | Error::InvalidName { .. })
+                ),
+                "{bad} was accepted"
+            );
+        }
+        // An SQL keyword is a name like any other (stores quote every name).
+        assert!(Column::parse("select:text").is_ok());
+        let deep = format!("c:text={}", vec!["a"; MAX_PATH_DEPTH + 1].join("."));
+        assert!(Column::parse(&deep).is_err());
+        let twice = Columns::new([
+            Column::parse("a:text").unwrap(),
+            Column::parse("a:integer").unwrap(),
+        ]);
+        assert!(matches!(twice, Err(Error::InvalidColumnDeclaration { .. })));
+        let many: Vec<Column> = (0..=MAX_COLUMNS)
+            .map(|i| Column::parse(&format!("c{i}:text")).unwrap())
+            .collect();
+        assert!(Columns::new(many).is_err());
+        let hundred: Vec<Column> = (0..100)
+            .map(|i| Column::parse(&format!("c{i}:integer=f{i}")).unwrap())
+            .collect();
+        let columns = Columns::new(hundred).unwrap();
+        let value = format!(
+            "{{{}}}",
+            (0..100)
+                .map(|i| format!("\"f{i}\": {i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let got = columns.extract(&rec("k", day(0), &value, at(0))).unwrap();
+        assert_eq!(got[99], ColumnValue::Integer(99));
+    }
+
+    #[test]
+    fn integers_at_and_past_64_bit_bounds() {
+        assert_eq!(
+            one("n:integer", r#"{"n": 9223372036854775807}"#).unwrap(),
+            ColumnValue::Integer(i64::MAX)
+        );
+        assert_eq!(
+            one("n:integer", r#"{"n": -9223372036854775808}"#).unwrap(),
+            ColumnValue::Integer(i64::MIN)
+        );
+        assert_eq!(
+            one("n:integer", r#"{"n": -0}"#).unwrap(),
+            ColumnValue::Integer(0)
+        );
+        for past in [
+            "9223372036854775808",
+            "-9223372036854775809",
+            "100000000000000000000000",
+        ] {
+            assert_eq!(
+                problem("n:integer", &format!(r#"{{"n": {past}}}"#)),
+                (ColumnProblem::OutOfRange, past.to_owned())
+            );
+        }
+        for not in ["1.0", "1e3", "\"12\"", "true", "[1]"] {
+            assert_eq!(
+                problem("n:integer", &format!(r#"{{"n": {not}}}"#)).0,
+                ColumnProblem::WrongType(ColumnType::Integer),
+                "{not}"
+            );
+        }
+    }
+
+    #[test]
+    fn doubles_and_numerics() {
+        assert_eq!(
+            one("x:double", r#"{"x": -0}"#).unwrap(),
+            ColumnValue::Double(-0.0)
+        );
+        assert_eq!(
+            one("x:double", r#"{"x": 1.5e3}"#).unwrap(),
+            ColumnValue::Double(1500.0)
+        );
+        assert_eq!(
+            problem("x:double", r#"{"x": 1e400}"#).0,
+            ColumnProblem::OutOfRange
+        );
+        assert_eq!(
+            problem("x:double", r#"{"x": -1e400}"#).0,
+            ColumnProblem::OutOfRange
+        );
+        // NaN is not JSON at all.
+        assert_eq!(
+            problem("x:double", r#"{"x": NaN}"#).0,
+            ColumnProblem::NotJson
+        );
+        assert_eq!(
+            problem("x:double", r#"{"x": "1.5"}"#).0,
+            ColumnProblem::WrongType(ColumnType::Double)
+        );
+        // A numeric keeps the number exactly as written, even past f64.
+        assert_eq!(
+            one("x:numeric", r#"{"x": 1e400}"#).unwrap(),
+            ColumnValue::Numeric("1e400".into())
+        );
+        assert_eq!(
+            one("x:numeric", r#"{"x": 0.10000000000000000000001}"#).unwrap(),
+            ColumnValue::Numeric("0.10000000000000000000001".into())
+        );
+    }
+
+    #[test]
+    fn text_boolean_json_date_and_instant() {
+        assert_eq!(
+            one("s:text", r#"{"s": "a\u00e9\"b"}"#).unwrap(),
+            ColumnValue::Text("aé\"b".into())
+        );
+        assert_eq!(
+            problem("s:text", r#"{"s": "a\u0000b"}"#).0,
+            ColumnProblem::ContainsNul
+        );
+        assert_eq!(
+            problem("s:text", r#"{"s": 12}"#).0,
+            ColumnProblem::WrongType(ColumnType::Text)
+        );
+        assert_eq!(
+            one("b:boolean", r#"{"b": false}"#).unwrap(),
+            ColumnValue::Boolean(false)
+        );
+        assert_eq!(
+            problem("b:boolean", r#"{"b": "true"}"#).0,
+            ColumnProblem::WrongType(ColumnType::Boolean)
+        );
+        assert_eq!(
+            one("j:json", r#"{"j": {"z": [1, 2.50]}}"#).unwrap(),
+            ColumnValue::Json(r#"{"z": [1, 2.50]}"#.into())
+        );
+        assert_eq!(
+            one("d:date", r#"{"d": "2024-02-29"}"#).unwrap(),
+            ColumnValue::Date(NaiveDate::from_ymd_opt(2024, 2, 29).unwrap())
+        );
+        for bad in [
+            "2026-02-30",
+            "2026-1-05",
+            "20260105",
+            "0000-01-01",
+            "2026-01-05T00:00:00Z",
+        ] {
+            assert_eq!(
+                problem("d:date", &format!(r#"{{"d": "{bad}"}}"#)).0,
+                ColumnProblem::NotADate,
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            one("t:timestamptz", r#"{"t": "2026-01-05T10:00:00.5+02:00"}"#).unwrap(),
+            ColumnValue::Timestamp("2026-01-05T08:00:00.5Z".parse().unwrap())
+        );
+        for bad in ["2026-01-05T10:00:00", "2026-01-05", "yesterday"] {
+            assert_eq!(
+                problem("t:timestamptz", &format!(r#"{{"t": "{bad}"}}"#)).0,
+                ColumnProblem::NotAnInstant,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn paths_nesting_missing_fields_and_tombstones() {
+        let nested = r#"{"customer": {"id": "c7", "a.b": {"c\"d": 5}}, "gone": null}"#;
+        assert_eq!(
+            one("c:text=customer.id", nested).unwrap(),
+            ColumnValue::Text("c7".into())
+        );
+        assert_eq!(
+            one(r#"c:integer=["customer", "a.b", "c\"d"]"#, nested).unwrap(),
+            ColumnValue::Integer(5)
+        );
+        // Missing, null, or below a null: NULL when nullable, refused otherwise.
+        for path in ["nope", "gone", "gone.deeper", "customer.nope"] {
+            assert_eq!(
+                one(&format!("c:text?={path}"), nested).unwrap(),
+                ColumnValue::Null
+            );
+            assert_eq!(
+                problem(&format!("c:text={path}"), nested).0,
+                ColumnProblem::Missing
+            );
+        }
+        // A level that is not an object.
+        assert_eq!(
+            problem("c:text?=customer.id.x", nested).0,
+            ColumnProblem::Missing
+        );
+        // Not JSON, or not an object at the top.
+        assert_eq!(problem("c:text", "plain text").0, ColumnProblem::NotJson);
+        assert_eq!(problem("c:text?", "[1, 2]").0, ColumnProblem::Missing);
+        // The last of a name given twice, as jsonb reads it.
+        assert_eq!(
+            one("n:integer", r#"{"n": 1, "n": 2}"#).unwrap(),
+            ColumnValue::Integer(2)
+        );
+        // Unicode field names, and deep nesting.
+        assert_eq!(
+            one("u:integer=ключ", r#"{"ключ": 3}"#).unwrap(),
+            ColumnValue::Integer(3)
+        );
+        let deep = format!(
+            "{}7{}",
+            r#"{"a":"#.repeat(MAX_PATH_DEPTH),
+            "}".repeat(MAX_PATH_DEPTH)
+        );
+        let path = vec!["a"; MAX_PATH_DEPTH].join(".");
+        assert_eq!(
+            one(&format!("d:integer={path}"), &deep).unwrap(),
+            ColumnValue::Integer(7)
+        );
+        // A tombstone has every column NULL, required or not.
+        let columns = Columns::new([Column::parse("c:text").unwrap()]).unwrap();
+        assert_eq!(
+            columns.extract(&tomb("k1", day(0), at(0))).unwrap(),
+            vec![ColumnValue::Null]
+        );
+    }
+
+    #[test]
+    fn the_error_names_the_key_the_column_the_path_and_the_text() {
+        let err = one(
+            "total:integer=order.total",
+            r#"{"order": {"total": "12 EUR"}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"invalid record "k1": column total (path order.total): the field is not an integer: "12 EUR""#
+        );
+        let long = format!(r#"{{"s": "{}"}}"#, "x".repeat(1000));
+        let (_, text) = problem("s:integer", &long);
+        assert!(text.len() < 210 && text.ends_with('…'), "{text}");
+    }
+}
