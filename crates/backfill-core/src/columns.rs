@@ -34,6 +34,7 @@
 //! # Ok::<(), backfill_core::Error>(())
 //! ```
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
@@ -304,7 +305,7 @@ impl Column {
         let Some(top) = top else {
             return Err(fail(ColumnProblem::Missing, root.get()));
         };
-        let Some(mut raw) = top.get(first).copied() else {
+        let Some(mut raw) = top.get(first.as_str()).copied() else {
             return self.missing(&fail);
         };
         for field in rest {
@@ -314,7 +315,7 @@ impl Column {
             let Some(level) = object(raw) else {
                 return Err(fail(ColumnProblem::Missing, raw.get()));
             };
-            match level.get(field) {
+            match level.get(field.as_str()) {
                 Some(inner) => raw = inner,
                 None => return self.missing(&fail),
             }
@@ -559,13 +560,25 @@ impl<'a> IntoIterator for &'a Columns {
 /// are never rounded), field names unescaped. A name given twice is the
 /// last one, as JSON parsers (and Postgres' `jsonb`) read it. `None` when
 /// `raw` is not an object.
-type Object<'a> = HashMap<String, &'a RawValue>;
+type Object<'a> = HashMap<Cow<'a, str>, &'a RawValue>;
 
 fn object(raw: &RawValue) -> Option<Object<'_>> {
-    if !raw.get().starts_with('{') {
+    let text = raw.get();
+    if !text.starts_with('{') {
         return None;
     }
-    serde_json::from_str(raw.get()).ok()
+    // Names borrowed from the text; only a name with an escape in it needs
+    // a copy, unescaped.
+    if let Ok(map) = serde_json::from_str::<HashMap<&str, &RawValue>>(text) {
+        return Some(
+            map.into_iter()
+                .map(|(k, v)| (Cow::Borrowed(k), v))
+                .collect(),
+        );
+    }
+    serde_json::from_str::<HashMap<String, &RawValue>>(text)
+        .ok()
+        .map(|map| map.into_iter().map(|(k, v)| (Cow::Owned(k), v)).collect())
 }
 
 /// Whether `text` is one JSON number (`-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?`).
