@@ -304,8 +304,9 @@ pub(crate) struct Statements {
     /// with `unique_violation`.
     pub(crate) copy_in: String,
     /// The conflict-handling write, of every slice that is not copied
-    /// in: a slice as five arrays `$1`–`$5`; returns the counts and the
-    /// keys a concurrent writer raced past.
+    /// in: a slice as five arrays `$1`–`$5`, and `$6` the day whose stored
+    /// rows are read by one scan (NULL: every key probed); returns the
+    /// counts and the keys a concurrent writer raced past.
     pub(crate) merge: String,
     /// The live rows of day `$1`.
     pub(crate) live: String,

@@ -319,7 +319,6 @@ fn count(n: u64) -> i64 {
 /// are only a guard against a bug looping forever.
 const MAX_MERGE_PASSES: u32 = 4;
 
-/// The savepoint before a page's first COPY.
 /// Every statement of an apply planned for its own arguments: the merge's
 /// best plan depends on how many records a slice holds and how many rows
 /// its day has stored, which a plan cached for any arguments cannot know.
@@ -330,6 +329,7 @@ const CUSTOM_PLANS: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
 /// probed key by key: each statement reads the whole day again.
 const DAY_SCAN_SLICES: usize = 2;
 
+/// The savepoint before a page's first COPY.
 const SAVEPOINT: &str = "SAVEPOINT backfill_page";
 /// Undoes a page's writes since its first COPY after a lost race.
 const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT backfill_page";
