@@ -17,7 +17,11 @@ use crate::report::{PyDayReport, PyRunReport, PyStatus};
 use crate::runtime::{block, finish_run, run_detached};
 use crate::stores::store_of;
 
-/// The engine's settings, as keyword arguments.
+/// The engine's settings, as keyword arguments: `concurrency`, `retries`,
+/// `retry_delay`, `max_retry_delay`, `mode`, `allow_empty_replace`,
+/// `max_delete_fraction`, `only`, `skip_unchanged`, `time_zone`,
+/// `fail_fast`, `day_timeout`, `dry_run`, `run_id`, `stream_memory`, and
+/// `on_event` (called with every `Event` of a run).
 #[pyclass(module = "backfill", name = "Job", frozen)]
 #[derive(Debug, Clone)]
 pub(crate) struct PyJob {
