@@ -8,7 +8,8 @@
 //! as [`ColumnValue`]s, refusing — before anything is written — a value
 //! that is not JSON, a required field that is missing, or a field that
 //! does not fit its type, with an [`Error::InvalidColumn`] naming the key,
-//! the column, the path and the offending text. A tombstone has every
+//! the column, the path and the offending text ([`ColumnError`]). A
+//! tombstone has every
 //! column NULL.
 //!
 //! Columns are a function of `value` alone: the contract's version
@@ -294,12 +295,14 @@ impl Column {
     /// level is `top`, parsed once for every column), read down its path.
     /// `key` names the record in errors.
     fn read(&self, key: &str, root: &RawValue, top: Option<&Object<'_>>) -> Result<ColumnValue> {
-        let fail = |problem: ColumnProblem, text: &str| Error::InvalidColumn {
-            key: key.to_owned(),
-            column: self.name.clone(),
-            path: self.path_text(),
-            problem,
-            text: shorten(text),
+        let fail = |problem: ColumnProblem, text: &str| {
+            Error::InvalidColumn(Box::new(ColumnError {
+                key: key.to_owned(),
+                column: self.name.clone(),
+                path: self.path_text(),
+                problem,
+                text: shorten(text),
+            }))
         };
         let (first, rest) = self.path.split_first().expect("a path has a field");
         let Some(top) = top else {
@@ -414,6 +417,40 @@ pub enum ColumnValue {
     Json(String),
 }
 
+/// A record whose value does not fit a column: its key, the column, the
+/// path to the field, what is wrong, and the offending text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ColumnError {
+    /// The record's key.
+    pub key: String,
+    /// The column.
+    pub column: String,
+    /// The path to its field, as [`Column::path_text`] shows it.
+    pub path: String,
+    /// What is wrong.
+    pub problem: ColumnProblem,
+    /// The offending text: at most 200 bytes of it, empty for a missing
+    /// field.
+    pub text: String,
+}
+
+impl fmt::Display for ColumnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid record {:?}: column {} (path {}): {}",
+            self.key, self.column, self.path, self.problem
+        )?;
+        if !self.text.is_empty() {
+            write!(f, ": {}", self.text)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ColumnError {}
+
 /// Why a record's field does not fit its column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -522,14 +559,15 @@ impl Columns {
         if record.is_deleted() || self.0.is_empty() {
             return Ok(vec![ColumnValue::Null; self.0.len()]);
         }
-        let root: &RawValue =
-            serde_json::from_str(record.value()).map_err(|_| Error::InvalidColumn {
+        let root: &RawValue = serde_json::from_str(record.value()).map_err(|_| {
+            Error::InvalidColumn(Box::new(ColumnError {
                 key: record.key().to_owned(),
                 column: self.0[0].name.clone(),
                 path: self.0[0].path_text(),
                 problem: ColumnProblem::NotJson,
                 text: shorten(record.value()),
-            })?;
+            }))
+        })?;
         let top = object(root);
         self.0
             .iter()
@@ -666,7 +704,7 @@ mod tests {
 
     fn problem(declaration: &str, value: &str) -> (ColumnProblem, String) {
         match one(declaration, value) {
-            Err(Error::InvalidColumn { problem, text, .. }) => (problem, text),
+            Err(Error::InvalidColumn(e)) => (e.problem, e.text),
             other => panic!("{declaration} on {value}: expected InvalidColumn, got {other:?}"),
         }
     }

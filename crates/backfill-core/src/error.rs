@@ -33,20 +33,8 @@ pub enum Error {
     /// A record's value does not fit one of the store's typed
     /// [columns](crate::columns): the record is refused, and nothing of its
     /// day is written.
-    #[error("invalid record {}: column {column} (path {path}): {problem}{}", ShortKey(.key), Offending(.text))]
-    InvalidColumn {
-        /// The offending record's key.
-        key: String,
-        /// The column.
-        column: String,
-        /// The path to its field in the value.
-        path: String,
-        /// What is wrong.
-        problem: crate::columns::ColumnProblem,
-        /// The offending text (at most 200 bytes of it; empty for a missing
-        /// field).
-        text: String,
-    },
+    #[error(transparent)]
+    InvalidColumn(Box<crate::columns::ColumnError>),
 
     /// A typed column's declaration is malformed, or the columns clash.
     #[error("invalid column declaration {declaration:?}: {reason}")]
@@ -424,18 +412,6 @@ impl fmt::Display for Problem {
     }
 }
 
-/// `: <text>` after a column error's problem, when there is a text.
-struct Offending<'a>(&'a str);
-
-impl fmt::Display for Offending<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            "" => Ok(()),
-            text => write!(f, ": {text}"),
-        }
-    }
-}
-
 /// Shows an error and its causes, `error: cause: cause`. Driver errors often
 /// keep the useful part in a cause (tokio-postgres shows only "db error";
 /// the server's message is its source), and this is where the store's
@@ -484,7 +460,7 @@ pub(crate) fn fetch_error(day: NaiveDate, source: BoxError) -> Error {
         Ok(error)
             if matches!(
                 *error,
-                Error::InvalidRecord { .. } | Error::WrongDay { .. } | Error::InvalidColumn { .. }
+                Error::InvalidRecord { .. } | Error::WrongDay { .. } | Error::InvalidColumn(_)
             ) =>
         {
             *error

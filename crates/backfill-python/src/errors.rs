@@ -40,7 +40,7 @@ create_exception!(
 /// An engine error as the Python exception a user catches.
 pub(crate) fn to_py(error: Error) -> PyErr {
     match error {
-        Error::InvalidRecord { .. } | Error::WrongDay { .. } | Error::InvalidColumn { .. } => {
+        Error::InvalidRecord { .. } | Error::WrongDay { .. } | Error::InvalidColumn(_) => {
             InvalidRecord::new_err(error.to_string())
         }
         Error::ReplaceRefused { .. } => ReplaceRefused::new_err(error.to_string()),
