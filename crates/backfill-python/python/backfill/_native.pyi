@@ -1,12 +1,15 @@
 """Type stubs of the extension module (re-exported by ``backfill``)."""
 
 import datetime as dt
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from typing import Any, AsyncIterable, Awaitable, Callable, Iterable, Mapping, Optional, Union
 
 _Date = Union[dt.date, str]
 _Instant = Union[dt.datetime, str]
 _Item = Union["Record", Mapping[str, Any]]
-Fetch = Callable[[dt.date], Union[Iterable[_Item], "Listing"]]
+_Records = Union[Iterable[_Item], AsyncIterable[_Item], "Listing"]
+Fetch = Callable[[dt.date], Union[_Records, Awaitable[_Records]]]
+"""A fetch: a function of a day returning (or yielding) its records, a
+``Listing``, or, ``async def``, a coroutine of either or an async generator."""
 
 class BackfillError(Exception):
     report: RunReport
@@ -41,7 +44,7 @@ class Record:
     def deleted(self) -> bool: ...
 
 class Listing:
-    def __init__(self, records: Iterable[_Item], as_of: _Instant) -> None: ...
+    def __init__(self, records: Union[Iterable[_Item], AsyncIterable[_Item]], as_of: _Instant) -> None: ...
 
 class MemoryStore:
     def __init__(self) -> None: ...
