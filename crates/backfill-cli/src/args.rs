@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use backfill_core::columns::{Column, ColumnType};
 use backfill_core::Shard;
 use chrono::{DateTime, NaiveDate, Utc};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -98,6 +99,91 @@ pub(crate) struct StoreArgs {
     /// of the system's.
     #[arg(long, value_name = "FILE")]
     pub(crate) tls_root_cert: Option<PathBuf>,
+    /// A typed column (SQLite): a field of each record's JSON value kept as
+    /// a column of its own, `NAME:TYPE[?][=PATH]`. TYPE is text, integer,
+    /// double, numeric, boolean, date, timestamptz or json; `?` allows the
+    /// field to be missing (NULL); PATH is the field (`customer.id`, or a
+    /// JSON array of names), NAME's field by default. Repeatable; a record
+    /// that does not fit fails its day, and nothing of that day is written.
+    #[arg(long = "column", value_name = "NAME:TYPE[?][=PATH]", value_parser = parse_column)]
+    pub(crate) columns: Vec<Column>,
+    /// A JSON file of typed columns, after any --column: an array of
+    /// declarations as --column takes them, or of objects {"name", "type",
+    /// "path", "nullable", "index"}.
+    #[arg(long = "columns", value_name = "FILE", env = "BACKFILL_COLUMNS")]
+    pub(crate) columns_file: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    /// Every typed column, `--column`s first, then `--columns FILE`'s.
+    pub(crate) fn typed_columns(&self) -> Result<Vec<Column>, String> {
+        let mut columns = self.columns.clone();
+        if let Some(path) = &self.columns_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--columns {}: {e}", path.display()))?;
+            columns.extend(
+                columns_from_json(&text)
+                    .map_err(|e| format!("--columns {}: {e}", path.display()))?,
+            );
+        }
+        Ok(columns)
+    }
+}
+
+/// `--columns FILE`'s list: declarations, or objects of their parts.
+fn columns_from_json(text: &str) -> Result<Vec<Column>, String> {
+    let items: Vec<serde_json::Value> =
+        serde_json::from_str(text).map_err(|e| format!("not a JSON array: {e}"))?;
+    items
+        .into_iter()
+        .map(|item| match item {
+            serde_json::Value::String(d) => Column::parse(&d).map_err(|e| e.to_string()),
+            serde_json::Value::Object(o) => {
+                let field = |k: &str| o.get(k);
+                let known = ["name", "type", "path", "nullable", "index"];
+                if let Some(other) = o.keys().find(|k| !known.contains(&k.as_str())) {
+                    return Err(format!("unknown field {other:?} in a column"));
+                }
+                let (Some(serde_json::Value::String(name)), Some(serde_json::Value::String(ty))) =
+                    (field("name"), field("type"))
+                else {
+                    return Err("a column object needs \"name\" and \"type\" strings".into());
+                };
+                let ty: ColumnType = ty
+                    .parse()
+                    .map_err(|e: backfill_core::Error| e.to_string())?;
+                let mut column = Column::new(name.as_str(), ty).map_err(|e| e.to_string())?;
+                match field("path") {
+                    None => {}
+                    Some(serde_json::Value::String(p)) => {
+                        column = column
+                            .path(p.split('.').map(str::to_owned).collect::<Vec<_>>())
+                            .map_err(|e| e.to_string())?
+                    }
+                    Some(serde_json::Value::Array(parts)) => {
+                        let parts: Option<Vec<String>> = parts
+                            .iter()
+                            .map(|p| p.as_str().map(str::to_owned))
+                            .collect();
+                        let parts = parts.ok_or("a path array holds strings")?;
+                        column = column.path(parts).map_err(|e| e.to_string())?
+                    }
+                    Some(_) => return Err("\"path\" is a string or an array of strings".into()),
+                }
+                let flag = |k: &str| match field(k) {
+                    None => Ok(false),
+                    Some(serde_json::Value::Bool(b)) => Ok(*b),
+                    Some(_) => Err(format!("\"{k}\" is true or false")),
+                };
+                Ok(column.nullable(flag("nullable")?).indexed(flag("index")?))
+            }
+            _ => Err("each column is a declaration string or an object".into()),
+        })
+        .collect()
+}
+
+fn parse_column(s: &str) -> Result<Column, String> {
+    Column::parse(s).map_err(|e| e.to_string())
 }
 
 /// How each day's records are fetched: exactly one of the two.

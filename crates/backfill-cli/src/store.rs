@@ -106,6 +106,7 @@ pub(crate) enum Access {
 /// Opens the store `args` name.
 pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Store>, Failure> {
     let url = StoreUrl::parse(&args.store).map_err(|e| Failure::Config(e.to_string()))?;
+    let columns = args.typed_columns().map_err(Failure::Config)?;
     let shown = redact(&args.store);
     let secret = password(&args.store);
     // The driver's message is scrubbed of the password, should it ever
@@ -129,7 +130,9 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
                     "--schema is for Postgres; this store is SQLite".into(),
                 ));
             }
-            let mut builder = SqliteStore::builder(&path).table(args.table.as_str());
+            let mut builder = SqliteStore::builder(&path)
+                .table(args.table.as_str())
+                .columns(columns);
             // SQLite's own word for this is "unable to open database file".
             let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
             if let Some(dir) = parent.filter(|dir| !dir.is_dir()) {
@@ -153,6 +156,13 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
             ))
         }
         StoreUrl::Postgres(url) => {
+            if !columns.is_empty() {
+                return Err(Failure::Config(
+                    "typed columns (--column, --columns) are kept by the SQLite store in this \
+                     release, not yet by Postgres"
+                        .into(),
+                ));
+            }
             let mut builder = PostgresStore::builder()
                 .schema(args.schema.as_str())
                 .table(args.table.as_str());

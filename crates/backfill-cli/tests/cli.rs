@@ -1598,3 +1598,97 @@ fn a_day_whose_stdout_is_held_by_an_escaped_process_fails_in_seconds() {
         show(&output)
     );
 }
+
+/// `--column` and `--columns FILE`: typed columns in the SQLite table,
+/// queried with plain SQL; a record that does not fit fails its day and
+/// writes nothing of it; every command on the table takes the same
+/// declaration (here from `BACKFILL_COLUMNS`); Postgres says it does not
+/// keep them yet.
+#[test]
+fn typed_columns_are_kept_and_bad_data_fails_its_day() {
+    let dir = tempfile::tempdir().unwrap();
+    for d in 1..=3 {
+        let day = jan(d);
+        let total = if d == 2 {
+            r#""12 EUR""#.to_owned()
+        } else {
+            format!("{}", d * 100)
+        };
+        let lines = format!(
+            "{{\"key\": \"o:{day}\", \"event_date\": \"{day}\", \"updated_at\": \"{day}T09:00:00Z\", \
+             \"value\": {{\"status\": \"placed\", \"total_cents\": {total}, \"customer\": {{\"id\": \"c{d}\"}}}}}}\n"
+        );
+        std::fs::write(dir.path().join(format!("{day}.jsonl")), lines).unwrap();
+    }
+    let file = dir.path().join("columns.json");
+    std::fs::write(
+        &file,
+        r#"["total_cents:integer", {"name": "customer", "type": "text", "path": "customer.id", "index": true}]"#,
+    )
+    .unwrap();
+    let output = run(range(&mut backfill(dir.path()), 1, 3)
+        .args(["--fetch-files", "{day}.jsonl", "--column", "status:text"])
+        .env("BACKFILL_COLUMNS", &file));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let out = text(&output.stdout);
+    assert!(out.contains("2026-01-02  FAILED"), "{out}");
+    assert!(
+        out.contains("column total_cents (path total_cents): the field is not an integer"),
+        "{out}"
+    );
+    let conn = rusqlite::Connection::open(dir.path().join("backfill.db")).unwrap();
+    let rows: Vec<(String, i64, String)> = conn
+        .prepare("SELECT status, total_cents, customer FROM backfill_records ORDER BY key")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        rows,
+        [
+            ("placed".into(), 100, "c1".into()),
+            ("placed".into(), 300, "c3".into())
+        ]
+    );
+    // The same declaration reads the ledger; none is refused, naming a column.
+    let status = run(backfill(dir.path())
+        .args([
+            "status",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-03",
+            "--column",
+            "status:text",
+        ])
+        .env("BACKFILL_COLUMNS", &file));
+    assert_eq!(code(&status), 0, "{}", show(&status));
+    let bare =
+        run(backfill(dir.path()).args(["status", "--from", "2026-01-01", "--to", "2026-01-03"]));
+    assert_ne!(code(&bare), 0, "{}", show(&bare));
+    assert!(text(&bare.stderr).contains("status"), "{}", show(&bare));
+    // A bad declaration is a usage error, before anything runs.
+    let bad = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--fetch-files",
+        "{day}.jsonl",
+        "--column",
+        "key:text",
+    ]));
+    assert_ne!(code(&bad), 0);
+    assert!(text(&bad.stderr).contains("key"), "{}", show(&bad));
+    let pg = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--fetch-files",
+        "{day}.jsonl",
+        "--store",
+        "postgres://u:p@127.0.0.1:1/db",
+        "--column",
+        "status:text",
+    ]));
+    assert_ne!(code(&pg), 0);
+    assert!(
+        text(&pg.stderr).contains("not yet by Postgres"),
+        "{}",
+        show(&pg)
+    );
+}

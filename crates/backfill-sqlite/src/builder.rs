@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use backfill_core::adapter::check_identifier;
+use backfill_core::columns::{Column, Columns};
 use backfill_core::{Error, Result};
 use rusqlite::limits::Limit;
 use rusqlite::{Connection, OpenFlags};
@@ -22,6 +23,7 @@ pub struct SqliteStoreBuilder {
     read_only: bool,
     length_limit: Option<u32>,
     pages: PageSize,
+    columns: Vec<Column>,
 }
 
 /// How much of a streamed day the store writes at a time: at most `rows`
@@ -75,7 +77,24 @@ impl SqliteStoreBuilder {
             read_only: false,
             length_limit: None,
             pages: PageSize::default(),
+            columns: Vec::new(),
         }
+    }
+
+    /// A typed column: a field of each record's JSON value that the table
+    /// keeps as a column of its own, in SQLite's type for it (see the
+    /// [crate docs](crate#typed-columns)). Repeat for each; the order is
+    /// the table's. A record whose value does not fit a column is refused
+    /// with [`Error::InvalidColumn`], and nothing of its day is written.
+    pub fn column(mut self, column: Column) -> Self {
+        self.columns.push(column);
+        self
+    }
+
+    /// Every column of `columns`, as [`SqliteStoreBuilder::column`] each.
+    pub fn columns(mut self, columns: impl IntoIterator<Item = Column>) -> Self {
+        self.columns.extend(columns);
+        self
     }
 
     /// The table to keep records in (default [`DEFAULT_TABLE`]); must match
@@ -160,12 +179,14 @@ impl SqliteStoreBuilder {
             Some(path) => path.display().to_string(),
             None => ":memory:".to_owned(),
         };
+        let columns = Columns::new(self.columns.clone())?;
         let (table, pages) = (self.table.clone(), self.pages);
-        let opened = spawn_blocking(move || self.connect()).await??;
-        Ok(SqliteStore::new(opened, table, location, pages))
+        let typed = columns.clone();
+        let opened = spawn_blocking(move || self.connect(&typed)).await??;
+        Ok(SqliteStore::new(opened, table, location, pages, columns))
     }
 
-    fn connect(&self) -> Result<Opened> {
+    fn connect(&self, typed: &Columns) -> Result<Opened> {
         // URIs (`file:…?mode=ro`) are understood either way.
         let flags = if self.read_only {
             OpenFlags::SQLITE_OPEN_READ_ONLY
@@ -223,7 +244,7 @@ impl SqliteStoreBuilder {
 
         // Create or upgrade only what is missing: a read-only database, or
         // one where everything is in place, runs no DDL and writes nothing.
-        migrate::prepare(&conn, &self.table, read_only)?;
+        migrate::prepare(&conn, &self.table, typed, read_only)?;
         let changes_at_open = conn.total_changes();
         Ok(Opened {
             conn,

@@ -213,6 +213,69 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Typed columns
+//!
+//! Fields of each record's JSON value can be kept as columns of their own
+//! ([`SqliteStoreBuilder::column`], declared as a
+//! [`Column`](backfill_core::columns::Column)), so the table is queried
+//! with plain SQL: `SELECT status, sum(total_cents) FROM orders GROUP BY 1`.
+//! The values are read from the value by the write path, in Rust, once per
+//! record ([`Columns::extract`](backfill_core::columns::Columns::extract)),
+//! and written with the row. They are a function of `value` alone: the
+//! version, the digests and a re-run that writes nothing are the same as
+//! without them.
+//!
+//! | type | SQLite column | kept as |
+//! |---|---|---|
+//! | `text` | `TEXT` | the string |
+//! | `integer` | `INTEGER` | 64 bits signed |
+//! | `double` | `REAL` | a finite double |
+//! | `numeric` | `TEXT` | the number exactly as the JSON writes it |
+//! | `boolean` | `INTEGER` | 0 or 1 |
+//! | `date` | `TEXT` | `YYYY-MM-DD` |
+//! | `timestamptz` | `TEXT` | UTC, as `updated_at` is written (text order is time order) |
+//! | `json` | `TEXT` | the field's JSON text |
+//!
+//! Every typed column allows `NULL`: a tombstone's columns are `NULL`, and
+//! so is a nullable field that is missing. Each has a `CHECK` of its form,
+//! and a required one a `CHECK` that a live row has it, so no writer can
+//! store a row the declaration refuses. An [indexed](backfill_core::columns::Column::indexed)
+//! one gets an index named `<table>:<column>`. A record whose value does
+//! not fit is refused with
+//! [`Error::InvalidColumn`](backfill_core::Error::InvalidColumn), naming
+//! the key, the column, the path and the text, and nothing of its day is
+//! written.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill_core::Result<()> {
+//! use backfill_core::columns::Column;
+//! use backfill_core::{upsert, Record, WriteOptions};
+//! use backfill_sqlite::SqliteStore;
+//! use chrono::NaiveDate;
+//!
+//! let store = SqliteStore::builder_in_memory()
+//!     .table("orders")
+//!     .column(Column::parse("status:text")?)
+//!     .column(Column::parse("total_cents:integer")?)
+//!     .column(Column::parse("customer:text?=customer.id")?.indexed(true))
+//!     .open()
+//!     .await?;
+//! let day = NaiveDate::from_ymd_opt(2026, 1, 15).unwrap();
+//! let at = day.and_hms_opt(9, 0, 0).unwrap().and_utc();
+//! let order = r#"{"status": "placed", "total_cents": 1250, "customer": {"id": "c7"}}"#;
+//! upsert(&store, day, vec![Record::new("order:1", day, order, at)?], WriteOptions::default()).await?;
+//! let bad = Record::new("order:2", day, r#"{"status": "placed", "total_cents": "12 EUR"}"#, at)?;
+//! let refused = upsert(&store, day, vec![bad], WriteOptions::default()).await;
+//! assert!(matches!(refused, Err(backfill_core::Error::InvalidColumn(_))));
+//! # Ok(()) }
+//! ```
+//!
+//! Opening checks the typed columns like the rest of the table: a table
+//! with a column the declaration lacks, or of another type, or without a
+//! declared one, is refused, naming the column. (Adding a column to a
+//! table that has rows is not done in place yet: such a table is refused,
+//! naming the missing column.)
+//!
 //! # An existing table
 //!
 //! Opening creates the tables and the index only when they are missing, so

@@ -30,6 +30,7 @@
 //! still lacking them is given them whenever this release opens the file
 //! writable, whatever the records table's version.
 
+use backfill_core::columns::Columns;
 use backfill_core::Result;
 use rusqlite::{Connection, OptionalExtension};
 
@@ -60,17 +61,22 @@ enum Access {
 /// version this release does not know, a records table missing from a
 /// read-only database or one that needs an upgrade there, or SQLite's own
 /// error.
-pub(crate) fn prepare(conn: &Connection, table: &str, read_only: bool) -> Result<()> {
+pub(crate) fn prepare(
+    conn: &Connection,
+    table: &str,
+    typed: &Columns,
+    read_only: bool,
+) -> Result<()> {
     if read_only {
-        bring_up(conn, table, Access::ReadOnly)?;
+        bring_up(conn, table, typed, Access::ReadOnly)?;
         return Ok(());
     }
-    if bring_up(conn, table, Access::Look)? {
+    if bring_up(conn, table, typed, Access::Look)? {
         return Ok(());
     }
     conn.execute_batch("BEGIN IMMEDIATE").map_err(open_error)?;
     // Looked at again under the lock: another process may have done it.
-    let done = bring_up(conn, table, Access::Write)
+    let done = bring_up(conn, table, typed, Access::Write)
         .and_then(|_| conn.execute_batch("COMMIT").map_err(open_error));
     if done.is_err() && !conn.is_autocommit() {
         // The error is the one worth reporting; a failed rollback leaves
@@ -87,8 +93,8 @@ pub(crate) fn prepare(conn: &Connection, table: &str, read_only: bool) -> Result
 /// Long on purpose: the steps from "nothing there" to the current version
 /// read in the order they run, each with the check that guards it, and
 /// splitting them would scatter that order over several functions.
-fn bring_up(conn: &Connection, table: &str, access: Access) -> Result<bool> {
-    let records = sql::records_table(table, SCHEMA_VERSION);
+fn bring_up(conn: &Connection, table: &str, typed: &Columns, access: Access) -> Result<bool> {
+    let records = sql::records_table(table, SCHEMA_VERSION, typed);
     let metadata = [sql::tables_table(), sql::days_table(SCHEMA_VERSION)];
     // The metadata tables: checked where they exist, whatever comes next;
     // a days table without the ledger columns as version 2's.
@@ -149,7 +155,7 @@ fn bring_up(conn: &Connection, table: &str, access: Access) -> Result<bool> {
             )));
         }
         // Checked at the version it claims, before anything is changed.
-        schema::verify(conn, &sql::records_table(table, v))?;
+        schema::verify(conn, &sql::records_table(table, v, typed))?;
     }
 
     let needs_write = version != Some(SCHEMA_VERSION)
@@ -233,6 +239,20 @@ fn bring_up(conn: &Connection, table: &str, access: Access) -> Result<bool> {
         }
         conn.execute_batch(&sql::create_index(table))
             .map_err(open_error)?;
+    }
+    // The typed columns' indexes, by name.
+    if access == Access::Look {
+        for column in typed.iter().filter(|c| c.is_indexed()) {
+            let name = sql::column_index_name(table, column.name());
+            if !schema::has_index(conn, table, &name).map_err(open_error)? {
+                return Ok(false);
+            }
+        }
+    }
+    if access == Access::Write {
+        for create in sql::create_column_indexes(table, typed) {
+            conn.execute_batch(&create).map_err(open_error)?;
+        }
     }
     Ok(true)
 }

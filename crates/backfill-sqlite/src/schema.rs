@@ -39,6 +39,15 @@ pub(crate) fn has_event_date_index(conn: &Connection, table: &str) -> rusqlite::
     )
 }
 
+/// Whether `table` has an index named `name`.
+pub(crate) fn has_index(conn: &Connection, table: &str, name: &str) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM pragma_index_list(?1) WHERE name = ?2)",
+        [table, name],
+        |row| row.get(0),
+    )
+}
+
 /// Whether the existing table has a column named `name`.
 pub(crate) fn has_column(conn: &Connection, table: &str, name: &str) -> rusqlite::Result<bool> {
     conn.query_row(
@@ -139,8 +148,11 @@ fn differences(conn: &Connection, def: &TableDef) -> rusqlite::Result<Vec<Differ
         })?
         .collect::<rusqlite::Result<_>>()?;
     for column in expected {
-        if !actual.iter().any(|a| a.0.eq_ignore_ascii_case(column.name)) {
-            found.push(in_column(column.name, "is missing"));
+        if !actual
+            .iter()
+            .any(|a| a.0.eq_ignore_ascii_case(&column.name))
+        {
+            found.push(in_column(&column.name, "is missing"));
         }
     }
     let primary_key = def
@@ -154,7 +166,7 @@ fn differences(conn: &Connection, def: &TableDef) -> rusqlite::Result<Vec<Differ
             found.push(in_column(name, "is not one the store creates"));
             continue;
         };
-        let name = column.name;
+        let name = &*column.name;
         if *hidden != 0 {
             found.push(in_column(name, "is generated or hidden"));
         }
@@ -292,20 +304,20 @@ fn check_differences(create: &str, present: &[&str], columns: &[Column]) -> Vec<
     let mut found = Vec::new();
     let present = columns
         .iter()
-        .filter(|c| present.iter().any(|p| p.eq_ignore_ascii_case(c.name)));
+        .filter(|c| present.iter().any(|p| p.eq_ignore_ascii_case(&c.name)));
     for column in present {
         let own: Vec<&Check> = checks
             .iter()
             .filter(|c| {
                 c.column
                     .as_deref()
-                    .is_some_and(|n| n.eq_ignore_ascii_case(column.name))
+                    .is_some_and(|n| n.eq_ignore_ascii_case(&column.name))
             })
             .collect();
         let Some(check) = &column.check else {
             if !own.is_empty() {
                 found.push(in_column(
-                    column.name,
+                    &column.name,
                     format!("has {}, expected no CHECK", written(&own)),
                 ));
             }
@@ -318,11 +330,11 @@ fn check_differences(create: &str, present: &[&str], columns: &[Column]) -> Vec<
         match own.as_slice() {
             [one] if accepted.iter().flatten().any(|a| *a == one.tokens) => {}
             [] => found.push(in_column(
-                column.name,
+                &column.name,
                 format!("has no CHECK, expected CHECK ({})", collapse(check)),
             )),
             _ => found.push(in_column(
-                column.name,
+                &column.name,
                 format!(
                     "has {}, expected CHECK ({})",
                     written(&own),
@@ -566,6 +578,7 @@ fn is_word_byte(b: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use backfill_core::columns::Columns;
 
     use crate::sql::{self, SCHEMA_VERSION};
 
@@ -573,13 +586,13 @@ mod tests {
     fn the_stores_own_tables_have_no_difference() {
         let conn = Connection::open_in_memory().unwrap();
         for def in [
-            sql::records_table("t", SCHEMA_VERSION),
-            sql::records_table("v1", 1),
+            sql::records_table("t", SCHEMA_VERSION, &Columns::default()),
+            sql::records_table("v1", 1, &Columns::default()),
             sql::tables_table(),
             sql::days_table(2),
             sql::days_table(SCHEMA_VERSION),
         ] {
-            let all: Vec<&str> = def.columns.iter().map(|c| c.name).collect();
+            let all: Vec<&str> = def.columns.iter().map(|c| &*c.name).collect();
             assert_eq!(
                 check_differences(&def.create(), &all, &def.columns),
                 Vec::<Difference>::new(),
@@ -622,15 +635,17 @@ mod tests {
     #[test]
     fn an_upgraded_table_is_the_new_one() {
         let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(&sql::records_table("t", 1).create())
+        conn.execute_batch(&sql::records_table("t", 1, &Columns::default()).create())
             .unwrap();
-        let v2 = sql::records_table("t", 2);
+        let v2 = sql::records_table("t", 2, &Columns::default());
         assert!(!differences(&conn, &v2).unwrap().is_empty());
         conn.execute_batch(&sql::add_deleted_column("t")).unwrap();
         assert_eq!(differences(&conn, &v2).unwrap(), Vec::<Difference>::new());
-        assert!(!differences(&conn, &sql::records_table("t", 1))
-            .unwrap()
-            .is_empty());
+        assert!(
+            !differences(&conn, &sql::records_table("t", 1, &Columns::default()))
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

@@ -9,6 +9,9 @@
 //! database, [`TABLES`] (each records table's schema version) and [`DAYS`]
 //! (each day's listing watermark and, from version 3, its ledger row).
 
+use std::borrow::Cow;
+
+use backfill_core::columns::{ColumnType, Columns};
 use backfill_core::{MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
 
 /// The schema version this release creates and writes: 3, the records
@@ -34,6 +37,9 @@ pub(crate) const TEXT: &str = "TEXT";
 /// The declared type of integer columns.
 pub(crate) const INTEGER: &str = "INTEGER";
 
+/// The declared type of double columns (typed columns only).
+pub(crate) const REAL: &str = "REAL";
+
 /// Every text column's collation: bytes, like Rust's `str` order and
 /// Postgres' `COLLATE "C"`, so the version order is the one the contract
 /// defines. (Integer columns declare none; SQLite reports `BINARY`.)
@@ -53,7 +59,9 @@ pub(crate) const SYNCED_AT: &str = "synced_at";
 /// …] [COLLATE BINARY] [PRIMARY KEY] [CHECK (<check>)]`.
 #[derive(Debug)]
 pub(crate) struct Column {
-    pub(crate) name: &'static str,
+    /// The store's own columns' names are `Borrowed`; a typed column's is
+    /// `Owned`, and quoted in SQL (it may be an SQL keyword).
+    pub(crate) name: Cow<'static, str>,
     /// [`TEXT`] or [`INTEGER`].
     pub(crate) sql_type: &'static str,
     pub(crate) not_null: bool,
@@ -71,7 +79,7 @@ pub(crate) struct Column {
 impl Column {
     fn text(name: &'static str, check: Option<String>) -> Self {
         Self {
-            name,
+            name: Cow::Borrowed(name),
             sql_type: TEXT,
             not_null: true,
             default: None,
@@ -97,9 +105,13 @@ impl Column {
         self
     }
 
-    /// The column's definition in `CREATE TABLE` or `ADD COLUMN`.
+    /// The column's definition in `CREATE TABLE` or `ADD COLUMN`; a typed
+    /// column's name quoted (it may be an SQL keyword).
     fn definition(&self, primary_key: bool) -> String {
-        let mut def = format!("{} {}", self.name, self.sql_type);
+        let mut def = match &self.name {
+            Cow::Borrowed(name) => format!("{name} {}", self.sql_type),
+            Cow::Owned(name) => format!("\"{name}\" {}", self.sql_type),
+        };
         if self.not_null {
             def.push_str(" NOT NULL");
         }
@@ -148,7 +160,7 @@ impl TableDef {
             .columns
             .iter()
             .map(|c| {
-                let pk = inline_pk && self.pk_position(c.name) == 1;
+                let pk = inline_pk && self.pk_position(&c.name) == 1;
                 format!("    {}", c.definition(pk))
             })
             .collect();
@@ -194,7 +206,7 @@ fn instant_check(column: &str) -> String {
 /// `ADD COLUMN … NOT NULL` requires) that makes every existing row live.
 fn deleted_column() -> Column {
     Column {
-        name: DELETED,
+        name: Cow::Borrowed(DELETED),
         sql_type: INTEGER,
         not_null: true,
         default: Some("0"),
@@ -203,11 +215,12 @@ fn deleted_column() -> Column {
     }
 }
 
-/// The records table of schema version `version` (1 or 2). The `CHECK`s
+/// The records table of schema version `version` (1 or 2), with the
+/// store's `typed` columns after its own (from version 2). The `CHECK`s
 /// repeat the record rules in the table itself, so no writer (ours or
 /// anyone's) can store a row that the other stores would refuse or that
 /// this one could not read back.
-pub(crate) fn records_table(table: &str, version: i64) -> TableDef {
+pub(crate) fn records_table(table: &str, version: i64, typed: &Columns) -> TableDef {
     let mut columns = vec![
         Column::text(
             "key",
@@ -227,12 +240,79 @@ pub(crate) fn records_table(table: &str, version: i64) -> TableDef {
     ];
     if version >= 2 {
         columns.push(deleted_column());
+        columns.extend(typed.iter().map(typed_column));
     }
     TableDef {
         name: table.to_owned(),
         columns,
         primary_key: &["key"],
     }
+}
+
+/// A typed column as the table keeps it: `NULL`-able (a tombstone's are
+/// `NULL`), in SQLite's own type for it — `INTEGER` for integers and
+/// booleans, `REAL` for doubles, `TEXT` for the rest (a numeric as its
+/// exact decimal text, a date as `YYYY-MM-DD`, an instant in UTC as
+/// `updated_at` is written, so text order is time order) — with a `CHECK`
+/// of its form, and, for a required one, that a live row has it.
+fn typed_column(c: &backfill_core::columns::Column) -> Column {
+    let name = c.name();
+    let q = format!("\"{name}\"");
+    let (sql_type, form) = match c.column_type() {
+        ColumnType::Integer => (INTEGER, None),
+        ColumnType::Boolean => (INTEGER, Some(format!("{q} IN (0, 1)"))),
+        ColumnType::Double => (REAL, None),
+        ColumnType::Date => (TEXT, Some(date_check(&q))),
+        ColumnType::Timestamp => (TEXT, Some(instant_check(&q))),
+        ColumnType::Json => (TEXT, Some(format!("json_valid({q})"))),
+        ColumnType::Numeric => (
+            TEXT,
+            Some(format!("{q} <> '' AND {q} NOT GLOB '*[^0-9eE.+-]*'")),
+        ),
+        _ => (TEXT, None),
+    };
+    let mut checks = Vec::new();
+    if let Some(form) = form {
+        checks.push(format!("{q} IS NULL OR ({form})"));
+    }
+    if !c.is_nullable() {
+        checks.push(format!("{DELETED} = 1 OR {q} IS NOT NULL"));
+    }
+    Column {
+        name: Cow::Owned(name.to_owned()),
+        sql_type,
+        not_null: false,
+        default: None,
+        check: (!checks.is_empty()).then(|| {
+            checks
+                .iter()
+                .map(|c| format!("({c})"))
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        }),
+        earlier_checks: &[],
+    }
+}
+
+/// The name of the store's index on typed column `column`: as
+/// [`index_name`], the `:` keeps it apart from every table's name.
+pub(crate) fn column_index_name(table: &str, column: &str) -> String {
+    format!("{table}:{column}")
+}
+
+/// `CREATE INDEX IF NOT EXISTS` on each indexed typed column.
+pub(crate) fn create_column_indexes(table: &str, typed: &Columns) -> Vec<String> {
+    typed
+        .iter()
+        .filter(|c| c.is_indexed())
+        .map(|c| {
+            format!(
+                "CREATE INDEX IF NOT EXISTS \"{}\" ON \"{table}\" (\"{}\")",
+                column_index_name(table, c.name()),
+                c.name()
+            )
+        })
+        .collect()
 }
 
 /// [`TABLES`]: one row per records table, its schema version.
@@ -242,7 +322,7 @@ pub(crate) fn tables_table() -> TableDef {
         columns: vec![
             Column::text("records_table", None),
             Column {
-                name: "schema_version",
+                name: Cow::Borrowed("schema_version"),
                 sql_type: INTEGER,
                 not_null: true,
                 default: None,
@@ -437,8 +517,32 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
-    pub(crate) fn new(table: &str) -> Self {
+    pub(crate) fn new(table: &str, typed: &Columns) -> Self {
         let cols = "key, event_date, value, updated_at, deleted";
+        // The typed columns: named, bound from ?7 on, and NULL in what a
+        // write turns into a tombstone (the watermark rule, or a listing).
+        let names: Vec<String> = typed.iter().map(|c| format!("\"{}\"", c.name())).collect();
+        let buried = "?5 = 0 AND ?4 <= ?6";
+        let typed_cols: String = names.iter().map(|n| format!(", {n}")).collect();
+        let typed_values: String = (0..names.len())
+            .map(|i| {
+                format!(
+                    ",\n        CASE WHEN {buried} THEN NULL ELSE ?{} END",
+                    i + 7
+                )
+            })
+            .collect();
+        let typed_set: String = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                format!(
+                    ",\n    {n} = CASE WHEN {buried} THEN NULL ELSE ?{} END",
+                    i + 7
+                )
+            })
+            .collect();
+        let typed_null: String = names.iter().map(|n| format!(", {n} = NULL")).collect();
         // The table name is a checked identifier (`[a-z_][a-z0-9_]*`), so
         // it is safe as a string literal too.
         Self {
@@ -461,19 +565,19 @@ impl Statements {
             // version, not the tombstone it may become (`excluded`), so
             // whether a record is written does not depend on the watermark.
             insert_absent: format!(
-                r#"INSERT INTO "{table}" ({cols})
+                r#"INSERT INTO "{table}" ({cols}{typed_cols})
 VALUES (?1, ?2,
-        CASE WHEN ?5 = 0 AND ?4 <= ?6 THEN '' ELSE ?3 END,
+        CASE WHEN {buried} THEN '' ELSE ?3 END,
         ?4,
-        CASE WHEN ?5 = 0 AND ?4 <= ?6 THEN 1 ELSE ?5 END)
+        CASE WHEN {buried} THEN 1 ELSE ?5 END{typed_values})
 ON CONFLICT (key) DO NOTHING"#
             ),
             update_older: format!(
                 r#"UPDATE "{table}" SET
     event_date = ?2,
-    value = CASE WHEN ?5 = 0 AND ?4 <= ?6 THEN '' ELSE ?3 END,
+    value = CASE WHEN {buried} THEN '' ELSE ?3 END,
     updated_at = ?4,
-    deleted = CASE WHEN ?5 = 0 AND ?4 <= ?6 THEN 1 ELSE ?5 END
+    deleted = CASE WHEN {buried} THEN 1 ELSE ?5 END{typed_set}
 WHERE key = ?1 AND (?4, ?5, ?3, ?2) > (updated_at, deleted, value, event_date)"#
             ),
             watermark: format!(
@@ -488,7 +592,7 @@ FROM "{table}" WHERE event_date = ?1 AND deleted = 0"#
             // Same key, event_date and updated_at: the tombstone beats
             // exactly that version and every older one.
             tombstone_unlisted: format!(
-                r#"UPDATE "{table}" SET deleted = 1, value = ''
+                r#"UPDATE "{table}" SET deleted = 1, value = ''{typed_null}
 WHERE event_date = ?1 AND deleted = 0 AND updated_at <= ?2 AND key NOT IN {LISTED}"#
             ),
             // ?1 day, ?2 synced_at, ?3 run_id, ?4 mode, ?5 as_of (NULL in
@@ -545,7 +649,7 @@ mod tests {
 
     fn table() -> Connection {
         let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(&records_table("t", SCHEMA_VERSION).create())
+        conn.execute_batch(&records_table("t", SCHEMA_VERSION, &Columns::default()).create())
             .unwrap();
         conn.execute_batch(&create_index("t")).unwrap();
         conn.execute_batch(&days_table(SCHEMA_VERSION).create())
@@ -704,7 +808,7 @@ mod tests {
     fn unlisted_rows_are_found_by_index() {
         let conn = table();
         conn.execute(LISTED_CREATE, []).unwrap();
-        let sql = Statements::new("t");
+        let sql = Statements::new("t", &Columns::default());
         for statement in [&sql.count_unlisted, &sql.tombstone_unlisted] {
             let mut plan = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {statement}"))

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use backfill_core::adapter::parse_mode;
+use backfill_core::columns::Columns;
 use backfill_core::{
     Counts, DayFailure, DayWrite, Digest, Error, LedgerEntry, Record, Result, RunId, Store,
     SyncedDay, MAX_KEY_BYTES,
@@ -63,6 +64,7 @@ struct Inner {
     /// SQLite's `total_changes()`, but no row of the store's.
     staged: AtomicU64,
     pages: PageSize,
+    columns: Columns,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -76,11 +78,17 @@ impl fmt::Debug for SqliteStore {
 }
 
 impl SqliteStore {
-    pub(crate) fn new(opened: Opened, table: String, location: String, pages: PageSize) -> Self {
+    pub(crate) fn new(
+        opened: Opened,
+        table: String,
+        location: String,
+        pages: PageSize,
+        columns: Columns,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 conn: Mutex::new(opened.conn),
-                sql: Statements::new(&table),
+                sql: Statements::new(&table, &columns),
                 table,
                 location,
                 read_only: opened.read_only,
@@ -88,8 +96,14 @@ impl SqliteStore {
                 changes_at_open: opened.changes_at_open,
                 staged: AtomicU64::new(0),
                 pages,
+                columns,
             }),
         }
+    }
+
+    /// The store's typed columns, in the table's order.
+    pub fn columns(&self) -> &Columns {
+        &self.inner.columns
     }
 
     /// Opens (creating if needed) the database file at `path` with the
@@ -256,6 +270,7 @@ impl Store for SqliteStore {
                 page: inner.pages,
                 staged: &inner.staged,
                 abandoned: &flag,
+                columns: &inner.columns,
             };
             apply_day(conn, &writer, &mut day)
         });

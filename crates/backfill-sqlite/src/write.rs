@@ -8,9 +8,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use backfill_core::adapter::{check_value_sizes, mode_text};
+use backfill_core::columns::{ColumnValue, Columns};
 use backfill_core::{Counts, DayWrite, Error, Record, Result, RunId, SyncedDay};
 use chrono::{DateTime, NaiveDate, Utc};
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::types::Value;
+use rusqlite::{
+    params, params_from_iter, Connection, OptionalExtension, ToSql, TransactionBehavior,
+};
 
 use crate::builder::PageSize;
 use crate::error::backend;
@@ -33,6 +37,8 @@ pub(crate) struct Writer<'a> {
     /// Set once the caller stopped waiting (its future was dropped): the
     /// write rolls back at its next page or before committing.
     pub(crate) abandoned: &'a AtomicBool,
+    /// The store's typed columns, each record's read from its value.
+    pub(crate) columns: &'a Columns,
 }
 
 /// The write: one IMMEDIATE transaction (the write lock is taken up front,
@@ -83,7 +89,7 @@ pub(crate) fn apply_day(
     let mut counts = Counts::default();
     while let Some(page) = next_page(w, day)? {
         check_value_sizes(&page, w.max_value_bytes)?;
-        merge_page(&tx, w.sql, &watermarks, &page, &mut counts)?;
+        merge_page(&tx, w, &watermarks, &page, &mut counts)?;
         if listing.is_some() {
             stage_keys(&tx, w, &page)?;
         }
@@ -160,11 +166,12 @@ fn read_watermarks(
 /// written.
 fn merge_page(
     conn: &Connection,
-    sql: &Statements,
+    w: &Writer<'_>,
     watermarks: &HashMap<NaiveDate, Option<String>>,
     records: &[Record],
     counts: &mut Counts,
 ) -> Result<()> {
+    let sql = w.sql;
     let mut insert = conn.prepare_cached(&sql.insert_absent).map_err(backend)?;
     let mut stored = conn.prepare_cached(&sql.get_version).map_err(backend)?;
     let mut update = conn.prepare_cached(&sql.update_older).map_err(backend)?;
@@ -175,12 +182,34 @@ fn merge_page(
         let mark = watermarks
             .get(&record.event_date())
             .and_then(Option::as_deref);
-        let values = params![record.key(), date, record.value(), instant, deleted, mark];
+        // Each typed column's value, read from the record's: a value that
+        // does not fit refuses the record, and the whole day rolls back.
+        let typed: Vec<Value> = w
+            .columns
+            .extract(record)?
+            .into_iter()
+            .map(sql_value)
+            .collect();
+        let own: [&dyn ToSql; 6] = [
+            &record.key(),
+            &date,
+            &record.value(),
+            &instant,
+            &deleted,
+            &mark,
+        ];
+        let values = || {
+            params_from_iter(
+                own.iter()
+                    .copied()
+                    .chain(typed.iter().map(|v| v as &dyn ToSql)),
+            )
+        };
         // What the statements' CASE makes of the record when they write it
         // (the same comparison, on the same text, for counting only).
         let tombstone = deleted == 1 || mark.is_some_and(|m| instant.as_str() <= m);
         // An absent key: one plain insert, as fast as a bulk load.
-        if insert.execute(values).map_err(backend)? == 1 {
+        if insert.execute(values()).map_err(backend)? == 1 {
             if tombstone {
                 counts.deleted += 1;
             } else {
@@ -207,7 +236,7 @@ fn merge_page(
             Ordering::Equal => counts.unchanged += 1,
             Ordering::Less => counts.stale += 1,
             Ordering::Greater => {
-                if update.execute(values).map_err(backend)? != 1 {
+                if update.execute(values()).map_err(backend)? != 1 {
                     return Err(Error::backend(
                         BACKEND,
                         false,
@@ -227,6 +256,19 @@ fn merge_page(
         }
     }
     Ok(())
+}
+
+/// A typed column's value as SQLite keeps it (see `sql::typed_column`).
+fn sql_value(value: ColumnValue) -> Value {
+    match value {
+        ColumnValue::Text(s) | ColumnValue::Numeric(s) | ColumnValue::Json(s) => Value::Text(s),
+        ColumnValue::Integer(n) => Value::Integer(n),
+        ColumnValue::Double(x) => Value::Real(x),
+        ColumnValue::Boolean(b) => Value::Integer(i64::from(b)),
+        ColumnValue::Date(d) => Value::Text(format_date(d)),
+        ColumnValue::Timestamp(t) => Value::Text(format_instant(t)),
+        _ => Value::Null,
+    }
 }
 
 /// A listing, after every page was merged and its keys staged: the day's

@@ -20,6 +20,7 @@
 //! Days, instants and records come from
 //! [`backfill_core::conformance::fixtures`].
 
+mod columns;
 mod conformance;
 mod existing_table;
 mod ledger;
