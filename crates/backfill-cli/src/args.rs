@@ -99,7 +99,7 @@ pub(crate) struct StoreArgs {
     /// of the system's.
     #[arg(long, value_name = "FILE")]
     pub(crate) tls_root_cert: Option<PathBuf>,
-    /// A typed column (SQLite): a field of each record's JSON value kept as
+    /// A typed column: a field of each record's JSON value kept as
     /// a column of its own, `NAME:TYPE[?][=PATH]`. TYPE is text, integer,
     /// double, numeric, boolean, date, timestamptz or json; `?` allows the
     /// field to be missing (NULL); PATH is the field (`customer.id`, or a

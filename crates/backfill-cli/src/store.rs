@@ -156,16 +156,10 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
             ))
         }
         StoreUrl::Postgres(url) => {
-            if !columns.is_empty() {
-                return Err(Failure::Config(
-                    "typed columns (--column, --columns) are kept by the SQLite store in this \
-                     release, not yet by Postgres"
-                        .into(),
-                ));
-            }
             let mut builder = PostgresStore::builder()
                 .schema(args.schema.as_str())
-                .table(args.table.as_str());
+                .table(args.table.as_str())
+                .columns(columns);
             match access {
                 Access::Write { connections } => builder = builder.pool_size(connections.max(2)),
                 Access::Read => builder = builder.create_if_missing(false),

@@ -1602,10 +1602,9 @@ fn a_day_whose_stdout_is_held_by_an_escaped_process_fails_in_seconds() {
 /// `--column` and `--columns FILE`: typed columns in the SQLite table,
 /// queried with plain SQL; a record that does not fit fails its day and
 /// writes nothing of it; every command on the table takes the same
-/// declaration (here from `BACKFILL_COLUMNS`); Postgres says it does not
-/// keep them yet.
-#[test]
-fn typed_columns_are_kept_and_bad_data_fails_its_day() {
+/// declaration (here from `BACKFILL_COLUMNS`); Postgres keeps the same.
+#[tokio::test]
+async fn typed_columns_are_kept_and_bad_data_fails_its_day() {
     let dir = tempfile::tempdir().unwrap();
     for d in 1..=3 {
         let day = jan(d);
@@ -1677,18 +1676,38 @@ fn typed_columns_are_kept_and_bad_data_fails_its_day() {
     ]));
     assert_ne!(code(&bad), 0);
     assert!(text(&bad.stderr).contains("key"), "{}", show(&bad));
-    let pg = run(range(&mut backfill(dir.path()), 1, 1).args([
-        "--fetch-files",
-        "{day}.jsonl",
-        "--store",
-        "postgres://u:p@127.0.0.1:1/db",
-        "--column",
-        "status:text",
-    ]));
-    assert_ne!(code(&pg), 0);
-    assert!(
-        text(&pg.stderr).contains("not yet by Postgres"),
-        "{}",
-        show(&pg)
+    // Postgres keeps the same columns, in its own types.
+    let Some(url) = backfill_testkit::url().await else {
+        return;
+    };
+    let schema = backfill_testkit::unique_schema();
+    let output = run(range(&mut backfill(dir.path()), 1, 3)
+        .args(["--fetch-files", "{day}.jsonl", "--column", "status:text"])
+        .args(["--store", &url, "--schema", &schema])
+        .env("BACKFILL_COLUMNS", &file));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let (client, connection) = url
+        .parse::<backfill_postgres::tokio_postgres::Config>()
+        .unwrap()
+        .connect(backfill_postgres::tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let sql = format!(
+        "SELECT status, total_cents, customer FROM \"{schema}\".backfill_records ORDER BY key"
+    );
+    let rows: Vec<(String, i64, String)> = client
+        .query(&sql, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("placed".into(), 100, "c1".into()),
+            ("placed".into(), 300, "c3".into())
+        ]
     );
 }

@@ -362,6 +362,9 @@ impl Column {
                 if !is_json_number(text) {
                     return Err(wrong());
                 }
+                if !numeric_fits(text) {
+                    return Err(fail(ColumnProblem::OutOfRange, text));
+                }
                 ColumnValue::Numeric(text.to_owned())
             }
             ColumnType::Text | ColumnType::Date | ColumnType::Timestamp => {
@@ -661,6 +664,24 @@ fn is_json_number(text: &str) -> bool {
     i == b.len()
 }
 
+/// Whether a JSON number fits Postgres' `numeric` (the widest a store
+/// keeps): at most 131 072 digits before the point and 16 383 after.
+fn numeric_fits(text: &str) -> bool {
+    let body = text.trim_start_matches('-');
+    let (mantissa, exponent) = match body.find(['e', 'E']) {
+        Some(at) => match body[at + 1..].parse::<i64>() {
+            Ok(e) => (&body[..at], e),
+            Err(_) => return false,
+        },
+        None => (body, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let int = int.trim_start_matches('0');
+    let before = int.len() as i64 + exponent;
+    let after = frac.len() as i64 - exponent;
+    before <= 131_072 && after <= 16_383
+}
+
 /// `YYYY-MM-DD`, exactly, a real date in years 1 to 9999.
 fn parse_date(s: &str) -> Option<NaiveDate> {
     if s.len() != 10 {
@@ -862,6 +883,15 @@ mod tests {
         assert_eq!(
             one("x:numeric", r#"{"x": 0.10000000000000000000001}"#).unwrap(),
             ColumnValue::Numeric("0.10000000000000000000001".into())
+        );
+        // Past what Postgres' numeric keeps.
+        assert_eq!(
+            problem("x:numeric", r#"{"x": 1e200000}"#).0,
+            ColumnProblem::OutOfRange
+        );
+        assert_eq!(
+            problem("x:numeric", r#"{"x": 1e-20000}"#).0,
+            ColumnProblem::OutOfRange
         );
     }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backfill_core::adapter::check_identifier;
+use backfill_core::columns::{Column, Columns};
 use backfill_core::{Error, Result};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use tokio_postgres::{Config, NoTls};
@@ -30,6 +31,7 @@ pub struct PostgresStoreBuilder {
     pool_size: usize,
     create_if_missing: bool,
     connect_timeout: Option<Duration>,
+    columns: Vec<Column>,
     #[cfg(feature = "tls")]
     tls: Option<Tls>,
 }
@@ -44,6 +46,7 @@ impl Default for PostgresStoreBuilder {
             pool_size: 8,
             create_if_missing: true,
             connect_timeout: None,
+            columns: Vec::new(),
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -57,6 +60,22 @@ impl PostgresStoreBuilder {
     /// [`check_identifier`](backfill_core::adapter::check_identifier)).
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = schema.into();
+        self
+    }
+
+    /// A typed column: a field of each record's JSON value that the table
+    /// keeps as a column of its own, in Postgres' type for it (see the
+    /// [crate docs](crate#typed-columns)). Repeat for each; the order is
+    /// the table's. A record whose value does not fit a column is refused
+    /// with [`Error::InvalidColumn`], and nothing of its day is written.
+    pub fn column(mut self, column: Column) -> Self {
+        self.columns.push(column);
+        self
+    }
+
+    /// Every column of `columns`, as [`PostgresStoreBuilder::column`] each.
+    pub fn columns(mut self, columns: impl IntoIterator<Item = Column>) -> Self {
+        self.columns.extend(columns);
         self
     }
 
@@ -228,20 +247,22 @@ impl PostgresStoreBuilder {
 
     async fn open_on(self, pool: Pool) -> Result<PostgresStore> {
         self.check_names()?;
+        let columns = Columns::new(self.columns.clone())?;
         let (schema, name) = (self.schema.as_str(), self.table.as_str());
         let mut client = pool.get().await.map_err(|e| match e {
             PoolError::Timeout(_) => no_answer(create_timeout(&pool)),
             e => open_error(e),
         })?;
         let tx = client.transaction().await.map_err(open_error)?;
-        migrate::prepare(&tx, schema, name, self.create_if_missing).await?;
+        migrate::prepare(&tx, schema, name, &columns, self.create_if_missing).await?;
         tx.commit().await.map_err(open_error)?;
         drop(client);
         Ok(PostgresStore {
             pool,
-            sql: Arc::new(Statements::new(schema, name)),
+            sql: Arc::new(Statements::new(schema, name, &columns)),
             page_rows: self.page_rows,
             page_bytes: self.page_bytes,
+            columns: Arc::new(columns),
         })
     }
 

@@ -238,6 +238,45 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Typed columns
+//!
+//! Fields of each record's JSON value can be kept as columns of their own
+//! ([`PostgresStoreBuilder::column`], declared as a
+//! [`Column`](backfill_core::columns::Column)), so the table is queried
+//! with plain SQL, from psql, a BI tool or dbt, with no view and no casts.
+//! The write path reads them from the value in Rust, once per record
+//! ([`Columns::extract`](backfill_core::columns::Columns::extract)), and
+//! sends them with the row in binary, by `COPY` and by the merge alike.
+//! (Generated columns would re-parse `value::jsonb` once per column for
+//! every row written, their casts to `date` and `timestamptz` are not
+//! immutable, and a cast failing inside a `COPY` cannot name the key.)
+//! They are a function of `value` alone: the version, the digests and a
+//! re-run that writes nothing are the same as without them.
+//!
+//! | type | Postgres column |
+//! |---|---|
+//! | `text` | `text` (the database's default collation) |
+//! | `integer` | `bigint` |
+//! | `double` | `double precision` |
+//! | `numeric` | `numeric`, with the JSON's own digits and scale (`12.50`) |
+//! | `boolean` | `boolean` |
+//! | `date` | `date` |
+//! | `timestamptz` | `timestamptz` |
+//! | `json` | `jsonb` |
+//!
+//! Every typed column allows `NULL`: a tombstone's columns are `NULL`, and
+//! so is a nullable field that is missing. An
+//! [indexed](backfill_core::columns::Column::indexed) one gets an index
+//! named `<table>:<column>` when the table is created. A record whose value
+//! does not fit is refused with
+//! [`Error::InvalidColumn`](backfill_core::Error::InvalidColumn), naming
+//! the key, the column, the path and the text, before anything of its day
+//! is sent. Opening checks the typed columns like the rest of the table: a
+//! column the declaration lacks, of another type, or a declared one the
+//! table lacks, is refused naming it. (Adding a column to a table that has
+//! rows is not done in place yet: such a table is refused, naming the
+//! missing column.)
+//!
 //! # Which errors are retried
 //!
 //! Store errors are [`Error::Backend`](backfill_core::Error::Backend), and
@@ -283,6 +322,7 @@ mod sql;
 mod store;
 #[cfg(feature = "tls")]
 mod tls;
+mod typed;
 mod write;
 
 pub use backfill_core::adapter::{Difference, TableMismatch};

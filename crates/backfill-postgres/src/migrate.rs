@@ -12,6 +12,7 @@
 
 use std::fmt;
 
+use backfill_core::columns::Columns;
 use backfill_core::Result;
 use deadpool_postgres::Transaction;
 
@@ -33,6 +34,7 @@ pub(crate) async fn prepare(
     tx: &Transaction<'_>,
     schema: &str,
     name: &str,
+    typed: &Columns,
     create: bool,
 ) -> Result<()> {
     tx.batch_execute(sql::DEPARSE_SETTINGS)
@@ -43,7 +45,7 @@ pub(crate) async fn prepare(
         .map_err(open_error)?;
     // Tables of another shape, or of a newer release, are refused
     // before anything is created or upgraded beside them.
-    check(schema, name, &found)?;
+    check(schema, name, &found, typed)?;
     if found.complete() {
         return Ok(());
     }
@@ -59,14 +61,14 @@ pub(crate) async fn prepare(
     found = schema::inspect(&**tx, schema, name)
         .await
         .map_err(open_error)?;
-    check(schema, name, &found)?;
-    create_or_upgrade(tx, schema, name, &found).await?;
+    check(schema, name, &found, typed)?;
+    create_or_upgrade(tx, schema, name, &found, typed).await?;
     // What exists now must be what the store creates, index and
     // version included.
     found = schema::inspect(&**tx, schema, name)
         .await
         .map_err(open_error)?;
-    check(schema, name, &found)?;
+    check(schema, name, &found, typed)?;
     if !found.complete() {
         return Err(open_error(missing(schema, name, &found)));
     }
@@ -76,7 +78,7 @@ pub(crate) async fn prepare(
 /// Refuses what may not be opened, created beside or upgraded: a schema
 /// version newer than this release's, and any table of another shape than
 /// the one its version has.
-fn check(schema: &str, name: &str, found: &Found) -> Result<()> {
+fn check(schema: &str, name: &str, found: &Found, typed: &Columns) -> Result<()> {
     let newer = |version: i32, what: String| {
         open_error(format!(
             "{what} is at schema version {version}, newer than this release of \
@@ -91,13 +93,14 @@ fn check(schema: &str, name: &str, found: &Found) -> Result<()> {
     if let Some(newest) = found.newest.filter(|v| *v > sql::SCHEMA_VERSION) {
         return Err(newer(newest, format!("a table of schema \"{schema}\"")));
     }
-    for (relation, table, shape) in [
-        (sql::TABLES_TABLE, &found.tables, Shape::Tables),
-        (sql::DAYS_TABLE, &found.days, found.days_shape()),
-        (name, &found.table, found.table_shape()),
+    let none = Columns::default();
+    for (relation, table, shape, typed) in [
+        (sql::TABLES_TABLE, &found.tables, Shape::Tables, &none),
+        (sql::DAYS_TABLE, &found.days, found.days_shape(), &none),
+        (name, &found.table, found.table_shape(), typed),
     ] {
         if let Some(table) = table {
-            schema::verify(schema, relation, table, shape).map_err(open_error)?;
+            schema::verify(schema, relation, table, shape, typed).map_err(open_error)?;
         }
     }
     Ok(())
@@ -110,6 +113,7 @@ async fn create_or_upgrade(
     schema: &str,
     name: &str,
     found: &Found,
+    typed: &Columns,
 ) -> Result<()> {
     // An upgrade names what went wrong: typically a role that may not run
     // DDL on a table it did not create, or a read-only server.
@@ -162,9 +166,12 @@ async fn create_or_upgrade(
         // A table made by someone else in the current shape: registered.
         None if found.table.is_some() => {}
         None => {
-            tx.batch_execute(&sql::create_table(schema, name))
+            tx.batch_execute(&sql::create_table(schema, name, typed))
                 .await
                 .map_err(open_error)?;
+            for index in sql::create_column_indexes(schema, name, typed) {
+                tx.batch_execute(&index).await.map_err(open_error)?;
+            }
             // Watermarks left by a dropped table of the same name would
             // delete the new table's rows.
             tx.execute(&sql::forget_days(schema), &[&name])

@@ -14,6 +14,7 @@
 //! each must be exactly what its version created).
 
 use backfill_core::adapter::{Difference, TableMismatch};
+use backfill_core::columns::Columns;
 use backfill_core::{MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
 use tokio_postgres::types::Oid;
 use tokio_postgres::GenericClient;
@@ -280,7 +281,7 @@ pub(crate) async fn inspect(
     if found
         .tables
         .as_ref()
-        .is_some_and(|t| differences(t, Shape::Tables).is_empty())
+        .is_some_and(|t| differences(t, Shape::Tables, &Columns::default()).is_empty())
     {
         let row = client.query_one(&sql::versions(schema), &[&table]).await?;
         found.version = row.get(0);
@@ -375,8 +376,16 @@ fn normalize(definition: &str) -> String {
 /// Every way `table` differs from `shape` (empty when it is the same). The
 /// `event_date` index is not compared here: a missing one is created, or
 /// reported, by the caller.
-fn differences(table: &Table, shape: Shape) -> Vec<Difference> {
+fn differences(table: &Table, shape: Shape, typed: &Columns) -> Vec<Difference> {
     let expected = shape.expected();
+    // The store's typed columns, after its own, in the current shape only.
+    let own: Vec<(&str, &str)> = match shape {
+        Shape::Records => typed
+            .iter()
+            .map(|c| (c.name(), crate::typed::sql_type(c.column_type())))
+            .collect(),
+        _ => Vec::new(),
+    };
     let mut found = Vec::new();
     let mut push = |column: Option<&str>, problem: String| {
         found.push(Difference::new(column, problem));
@@ -426,11 +435,49 @@ fn differences(table: &Table, shape: Shape) -> Vec<Difference> {
             push(Some(name), "NOT NULL, expected nullable".to_owned());
         }
     }
+    // A typed column: its type, the database's default collation, NULL
+    // allowed (a tombstone's are NULL).
+    for &(name, data_type) in &own {
+        let Some(column) = table.columns.iter().find(|c| c.name == name) else {
+            push(
+                Some(name),
+                format!("missing (expected {data_type}, a typed column)"),
+            );
+            continue;
+        };
+        if column.data_type != data_type {
+            push(
+                Some(name),
+                format!(
+                    "type {}, expected {data_type} (a typed column)",
+                    column.data_type
+                ),
+            );
+            continue;
+        }
+        // Text shows the database's default collation; other types none.
+        let default = (data_type == "text").then_some(r#"pg_catalog."default""#);
+        if column.collation.as_deref() != default {
+            push(
+                Some(name),
+                format!(
+                    "collation {}, expected {}",
+                    column.collation.as_deref().unwrap_or("none"),
+                    default.unwrap_or("none")
+                ),
+            );
+        }
+        if column.not_null {
+            push(Some(name), "NOT NULL, expected nullable".to_owned());
+        }
+    }
     for column in &table.columns {
-        if !expected
-            .columns
-            .iter()
-            .any(|(name, ..)| *name == column.name)
+        let declared = own.iter().any(|(name, _)| *name == column.name);
+        if !declared
+            && !expected
+                .columns
+                .iter()
+                .any(|(name, ..)| *name == column.name)
         {
             push(
                 Some(&column.name),
@@ -482,8 +529,9 @@ pub(crate) fn verify(
     name: &str,
     table: &Table,
     shape: Shape,
+    typed: &Columns,
 ) -> Result<(), TableMismatch> {
-    let differences = differences(table, shape);
+    let differences = differences(table, shape, typed);
     if differences.is_empty() {
         Ok(())
     } else {
@@ -568,7 +616,7 @@ mod tests {
     /// column and the problem exactly (the message's own form, quoting
     /// included, is core's `Difference` display).
     fn problems_as(table: &Table, shape: Shape) -> Vec<String> {
-        differences(table, shape)
+        differences(table, shape, &Columns::default())
             .iter()
             .map(|d| match d.column() {
                 Some(column) => format!("column {column}: {}", d.problem()),

@@ -6,6 +6,7 @@
 //! Every name formatted into SQL here has passed
 //! [`check_identifier`](backfill_core::adapter::check_identifier).
 
+use backfill_core::columns::Columns;
 use backfill_core::{MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
 
 /// The table's columns, in order, as every statement lists them.
@@ -63,8 +64,20 @@ pub(crate) fn create_schema(schema: &str) -> String {
 /// repeat the record rules in the table itself. `deleted` comes last, so a
 /// table created here and one upgraded from version 1 (where `ADD COLUMN`
 /// appends it) look the same.
-pub(crate) fn create_table(schema: &str, table: &str) -> String {
+pub(crate) fn create_table(schema: &str, table: &str, typed: &Columns) -> String {
     let [(_, key), (_, event_date), (_, updated_at)] = checks();
+    // The typed columns after the store's own, NULL-able (a tombstone's are
+    // NULL), in the database's default collation.
+    let typed: String = typed
+        .iter()
+        .map(|c| {
+            format!(
+                "    \"{}\" {} NULL,\n",
+                c.name(),
+                crate::typed::sql_type(c.column_type())
+            )
+        })
+        .collect();
     format!(
         r#"CREATE TABLE IF NOT EXISTS {t} (
     key        text COLLATE "C" PRIMARY KEY CHECK ({key}),
@@ -72,10 +85,26 @@ pub(crate) fn create_table(schema: &str, table: &str) -> String {
     value      text COLLATE "C" NOT NULL,
     updated_at timestamptz NOT NULL CHECK ({updated_at}),
     deleted    boolean NOT NULL DEFAULT false,
-    CHECK ({TOMBSTONE_CHECK})
+{typed}    CHECK ({TOMBSTONE_CHECK})
 )"#,
         t = qualified(schema, table)
     )
+}
+
+/// `CREATE INDEX IF NOT EXISTS` on each indexed typed column, named
+/// `<table>:<column>` (no table's name has a `:`).
+pub(crate) fn create_column_indexes(schema: &str, table: &str, typed: &Columns) -> Vec<String> {
+    typed
+        .iter()
+        .filter(|c| c.is_indexed())
+        .map(|c| {
+            format!(
+                r#"CREATE INDEX IF NOT EXISTS "{table}:{column}" ON {t} ("{column}")"#,
+                column = c.name(),
+                t = qualified(schema, table)
+            )
+        })
+        .collect()
 }
 
 /// The step from schema version 1 (the release before tombstones) to 2:
@@ -333,10 +362,39 @@ impl Statements {
     /// Every statement's text for `schema`.`table`. Long because it is the
     /// store's whole SQL, one field after another, each text beside the
     /// names it is built from; a reader looks a statement up here by name.
-    pub(crate) fn new(schema: &str, table: &str) -> Self {
+    pub(crate) fn new(schema: &str, table: &str, typed: &Columns) -> Self {
         let t = qualified(schema, table);
         let days = qualified(schema, DAYS_TABLE);
         let cols = COLUMNS;
+        // The typed columns: in the COPY and the merge's upsert after the
+        // store's own, their arrays `$7…` after the day scan's `$6`.
+        let typed_names = crate::typed::names(typed);
+        let quoted: Vec<String> = typed.iter().map(|c| format!(r#""{}""#, c.name())).collect();
+        let typed_arrays: String = typed
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                format!(
+                    ", ${}::{}",
+                    i + 7,
+                    crate::typed::array_cast(c.column_type())
+                )
+            })
+            .collect();
+        // Inside the statement they are `tc0`, `tc1`, …: a typed column may
+        // be named like one of its own (`action`, `seen`).
+        let internal: Vec<String> = (0..typed.len()).map(|i| format!("tc{i}")).collect();
+        let typed_alias: String = internal.iter().map(|n| format!(", {n}")).collect();
+        let typed_picked: String = internal.iter().map(|n| format!(", i.{n}")).collect();
+        let typed_written: String = internal
+            .iter()
+            .map(|n| format!(", CASE WHEN buried THEN NULL ELSE {n} END"))
+            .collect();
+        let typed_set: String = quoted
+            .iter()
+            .map(|q| format!(",\n        {q} = EXCLUDED.{q}"))
+            .collect();
+        let typed_null: String = quoted.iter().map(|q| format!(", {q} = NULL")).collect();
         // The table's name as `backfill_days` keys it: a literal, since the
         // name passed check_identifier (lowercase letters, digits, `_`).
         let name = format!("'{table}'");
@@ -386,7 +444,7 @@ FROM (SELECT * FROM unnest($1::date[], $2::bool[]) AS u(day, exclusive)
     ) s
 )"#
             ),
-            copy_in: format!("COPY {t} ({cols}) FROM STDIN (FORMAT binary)"),
+            copy_in: format!("COPY {t} ({cols}{typed_names}) FROM STDIN (FORMAT binary)"),
             // The conflict-handling write, set-based. `classified` sees the
             // table as of the statement's snapshot and decides each record
             // by its ORIGINAL version; only rows absent or older there go to the
@@ -402,9 +460,9 @@ FROM (SELECT * FROM unnest($1::date[], $2::bool[]) AS u(day, exclusive)
                 r#"
 WITH incoming AS (
     SELECT i.key COLLATE "C" AS key, i.event_date, i.value COLLATE "C" AS value,
-           i.updated_at, i.deleted
-    FROM unnest($1::text[], $2::date[], $3::text[], $4::timestamptz[], $5::bool[])
-        AS i(key, event_date, value, updated_at, deleted)
+           i.updated_at, i.deleted{typed_picked}
+    FROM unnest($1::text[], $2::date[], $3::text[], $4::timestamptz[], $5::bool[]{typed_arrays})
+        AS i(key, event_date, value, updated_at, deleted{typed_alias})
 ), stored AS (
     -- The stored rows of day `$6` (NULL: none), found by one scan of its
     -- index and joined by hash: a day's rows were mostly written
@@ -413,7 +471,7 @@ WITH incoming AS (
     SELECT r.key, r.event_date, r.value, r.updated_at, r.deleted, r.xmin
     FROM {t} r WHERE r.event_date = $6::date
 ), probed AS (
-    SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted,
+    SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted{typed_picked},
            coalesce(d.key, p.key) AS s_key, coalesce(d.event_date, p.event_date) AS s_date,
            coalesce(d.value, p.value) AS s_value, coalesce(d.updated_at, p.updated_at) AS s_at,
            coalesce(d.deleted, p.deleted) AS s_deleted, coalesce(d.xmin, p.xmin) AS s_xmin
@@ -427,7 +485,7 @@ WITH incoming AS (
         FROM {t} r WHERE d.key IS NULL AND r.key = i.key OFFSET 0
     ) p ON true
 ), classified AS (
-    SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted,
+    SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted{typed_picked},
            i.s_xmin::text AS seen,
            coalesce(NOT i.s_deleted, false) AS was_live,
            CASE
@@ -442,9 +500,9 @@ WITH incoming AS (
     FROM probed i
     LEFT JOIN {days} w ON w.records_table = {name} AND w.day = i.event_date
 ), written AS (
-    INSERT INTO {t} AS s ({cols})
+    INSERT INTO {t} AS s ({cols}{typed_names})
     SELECT key, event_date, CASE WHEN buried THEN '' ELSE value END, updated_at,
-           deleted OR buried
+           deleted OR buried{typed_written}
     FROM classified
     WHERE action = 'w'
     ORDER BY key
@@ -452,7 +510,7 @@ WITH incoming AS (
         event_date = EXCLUDED.event_date,
         value = EXCLUDED.value,
         updated_at = EXCLUDED.updated_at,
-        deleted = EXCLUDED.deleted
+        deleted = EXCLUDED.deleted{typed_set}
     -- A hashed subplan: one probe per conflicting row.
     WHERE (s.key, s.xmin::text) IN (
         SELECT key, seen FROM classified WHERE action = 'w' AND seen IS NOT NULL)
@@ -501,7 +559,7 @@ WITH doomed AS (
     ORDER BY r.key
     FOR UPDATE
 )
-UPDATE {t} AS s SET value = '', deleted = true
+UPDATE {t} AS s SET value = '', deleted = true{typed_null}
 FROM doomed d
 WHERE s.key = d.key AND s.event_date = $1 AND NOT s.deleted AND s.updated_at <= $2"#
             ),
@@ -565,7 +623,7 @@ mod tests {
 
     #[test]
     fn the_table_repeats_the_record_rules_from_core() {
-        let ddl = create_table("s", "t");
+        let ddl = create_table("s", "t", &Columns::default());
         assert!(ddl.contains(&format!("octet_length(key) BETWEEN 1 AND {MAX_KEY_BYTES})")));
         assert!(ddl.contains("event_date BETWEEN '0001-01-01' AND '9999-12-31'"));
         assert!(ddl.contains(

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use backfill_core::adapter::parse_mode;
+use backfill_core::columns::Columns;
 use backfill_core::{
     Counts, DayFailure, DayWrite, Digest, Error, LedgerEntry, Record, Result, RunId, Store,
     SyncedDay,
@@ -31,6 +32,7 @@ pub struct PostgresStore {
     pub(crate) sql: Arc<Statements>,
     pub(crate) page_rows: usize,
     pub(crate) page_bytes: usize,
+    pub(crate) columns: Arc<Columns>,
 }
 
 impl fmt::Debug for PostgresStore {

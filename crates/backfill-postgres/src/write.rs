@@ -5,19 +5,22 @@
 
 use std::future::{poll_fn, Future};
 use std::pin::pin;
+use std::sync::Arc;
 use std::task::Poll;
 
 use backfill_core::adapter::{check_value_sizes, mode_text};
+use backfill_core::columns::Columns;
 use backfill_core::{Counts, DayWrite, Error, Record, Result, RunId, SyncedDay};
 use chrono::{DateTime, NaiveDate, Utc};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Statement;
 
 use crate::error::pg_error;
 use crate::sql::Statements;
 use crate::store::PostgresStore;
+use crate::typed::{self, Param};
 use crate::{BACKEND, MAX_VALUE_BYTES};
 
 type Transaction<'a> = deadpool_postgres::Transaction<'a>;
@@ -96,6 +99,7 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Resul
         rows,
         bytes,
         subtransactions: 0,
+        columns: Arc::clone(&store.columns),
     };
     let mut unlisted = match day.as_of() {
         Some(_) => Some(Unlisted::new(&tx, store).await?),
@@ -383,6 +387,8 @@ struct Writes {
     bytes: usize,
     /// Savepoints taken so far (see [`MAX_SUBTRANSACTIONS`]).
     subtransactions: usize,
+    /// The store's typed columns, each record's read from its value.
+    columns: Arc<Columns>,
 }
 
 impl Writes {
@@ -453,7 +459,7 @@ impl Writes {
                 None => None,
             };
             let Some(copy) = copy else {
-                merge_records(tx, &self.merge, slice, day_scan, counts).await?;
+                merge_records(tx, &self.merge, slice, day_scan, &self.columns, counts).await?;
                 continue;
             };
             if saved.is_none() && self.subtransactions < MAX_SUBTRANSACTIONS {
@@ -461,7 +467,10 @@ impl Writes {
                 self.subtransactions += 1;
                 saved = Some((i, *counts));
             }
-            match copy_slice(tx, copy, slice).await {
+            // Read before the COPY starts: a value that does not fit
+            // refuses the record, and the whole day rolls back.
+            let typed = typed_rows(&self.columns, slice)?;
+            match copy_slice(tx, copy, slice, &self.columns, &typed).await {
                 Ok(copied) => count_copied(slice, copied, counts)?,
                 Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
                     // Past the savepoints an apply may take, a lost race
@@ -490,7 +499,8 @@ impl Writes {
                     self.copy_first = false;
                     *counts = before;
                     for slice in &slices[from..] {
-                        merge_records(tx, &self.merge, slice, day_scan, counts).await?;
+                        merge_records(tx, &self.merge, slice, day_scan, &self.columns, counts)
+                            .await?;
                     }
                     saved = Some((from, *counts));
                     break;
@@ -593,27 +603,42 @@ async fn copy_slice(
     tx: &Transaction<'_>,
     copy: &Statement,
     records: &[Record],
+    columns: &Columns,
+    typed: &[Vec<Param>],
 ) -> std::result::Result<u64, tokio_postgres::Error> {
     let sink = tx.copy_in(copy).await?;
-    let writer = BinaryCopyInWriter::new(
-        sink,
-        &[
-            Type::TEXT,
-            Type::DATE,
-            Type::TEXT,
-            Type::TIMESTAMPTZ,
-            Type::BOOL,
-        ],
-    );
+    let mut types = vec![
+        Type::TEXT,
+        Type::DATE,
+        Type::TEXT,
+        Type::TIMESTAMPTZ,
+        Type::BOOL,
+    ];
+    types.extend(columns.iter().map(|c| typed::pg_type(c.column_type())));
+    let writer = BinaryCopyInWriter::new(sink, &types);
     let mut writer = pin!(writer);
-    for r in records {
+    for (r, values) in records.iter().zip(typed) {
+        let (key, value) = (r.key(), r.value());
         let (date, at, deleted) = (r.event_date(), r.updated_at(), r.is_deleted());
-        writer
-            .as_mut()
-            .write(&[&r.key(), &date, &r.value(), &at, &deleted])
-            .await?;
+        let mut row: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(types.len());
+        row.extend([&key as &(dyn ToSql + Sync), &date, &value, &at, &deleted]);
+        row.extend(values.iter().map(|v| v as &(dyn ToSql + Sync)));
+        writer.as_mut().write(&row).await?;
     }
     writer.finish().await
+}
+
+/// Each record's typed columns, in the column order (empty rows when the
+/// store has none).
+fn typed_rows(columns: &Columns, records: &[Record]) -> Result<Vec<Vec<Param>>> {
+    records
+        .iter()
+        .map(|r| {
+            columns
+                .extract(r)
+                .map(|values| values.into_iter().map(Param).collect())
+        })
+        .collect()
 }
 
 /// Merges `slice` (sorted by key) with the conflict-handling merge and adds
@@ -624,6 +649,7 @@ async fn merge_records(
     merge: &Statement,
     slice: &[Record],
     day_scan: Option<NaiveDate>,
+    columns: &Columns,
     counts: &mut Counts,
 ) -> Result<()> {
     let mut pending: Vec<&Record> = slice.iter().collect();
@@ -640,7 +666,7 @@ async fn merge_records(
                 ),
             ));
         }
-        let raced = merge_slice(tx, merge, &pending, day_scan, counts).await?;
+        let raced = merge_slice(tx, merge, &pending, day_scan, columns, counts).await?;
         // Rows another writer committed after this statement's snapshot:
         // the upsert locked them and left them alone, so merging them again
         // sees them as they now are, for good.
@@ -664,6 +690,7 @@ async fn merge_slice(
     merge: &Statement,
     records: &[&Record],
     day_scan: Option<NaiveDate>,
+    columns: &Columns,
     counts: &mut Counts,
 ) -> Result<Vec<String>> {
     let keys: Vec<&str> = records.iter().map(|r| r.key()).collect();
@@ -671,13 +698,19 @@ async fn merge_slice(
     let values: Vec<&str> = records.iter().map(|r| r.value()).collect();
     let instants: Vec<DateTime<Utc>> = records.iter().map(|r| r.updated_at()).collect();
     let deleted: Vec<bool> = records.iter().map(|r| r.is_deleted()).collect();
-    let row = tx
-        .query_one(
-            merge,
-            &[&keys, &dates, &values, &instants, &deleted, &day_scan],
-        )
-        .await
-        .map_err(pg_error)?;
+    // One array per typed column, after the day scan's `$6`.
+    let mut arrays: Vec<Vec<Param>> = (0..columns.len())
+        .map(|_| Vec::with_capacity(records.len()))
+        .collect();
+    for r in records {
+        for (array, value) in arrays.iter_mut().zip(columns.extract(r)?) {
+            array.push(Param(value));
+        }
+    }
+    let mut params: Vec<&(dyn ToSql + Sync)> =
+        vec![&keys, &dates, &values, &instants, &deleted, &day_scan];
+    params.extend(arrays.iter().map(|a| a as &(dyn ToSql + Sync)));
+    let row = tx.query_one(merge, &params).await.map_err(pg_error)?;
     let count = |name: &str| row.get::<_, i64>(name) as u64;
     counts.inserted += count("inserted");
     counts.updated += count("updated");

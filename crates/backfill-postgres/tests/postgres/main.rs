@@ -24,6 +24,7 @@
 //! - `outage`: the server dies during a backfill (containers of their own).
 
 mod behaviour;
+mod columns;
 mod conformance;
 mod first_pass;
 mod large_values;

@@ -1,0 +1,400 @@
+//! Typed columns as Postgres keeps them: each a column of the records
+//! table in Postgres' type for it, read from the record's value by the
+//! write path and sent with the row, by `COPY` and by the merge alike;
+//! tombstones NULL; a record that does not fit refused with nothing of its
+//! day written; a re-run writes nothing; the digests are those without
+//! columns; a table declared otherwise is refused on open, naming the
+//! column.
+
+use backfill_core::columns::{Column, ColumnProblem};
+use backfill_core::conformance::fixtures::{at, jan, listing, rec, tomb};
+use backfill_core::{upsert, Error, Record, Store, WriteOptions};
+use backfill_postgres::PostgresStore;
+use backfill_testkit as testkit;
+use chrono::{DateTime, NaiveDate, Utc};
+
+fn declared() -> Vec<Column> {
+    [
+        "status:text",
+        "total_cents:integer",
+        "ratio:double?",
+        "amount:numeric?",
+        "paid:boolean",
+        "placed_on:date?=placed.on",
+        "placed_at:timestamptz?=placed.at",
+        "customer:json?",
+        // Named like columns of the merge statement's own, and a keyword.
+        "action:text?",
+        "seen:text?",
+        "select:text?",
+    ]
+    .into_iter()
+    .map(|d| Column::parse(d).unwrap())
+    .collect()
+}
+
+fn order(key: &str, day: u32, total: i64, secs: i64) -> Record {
+    let value = format!(
+        r#"{{"status": "placed", "total_cents": {total}, "ratio": 0.5, "amount": 12.50,
+            "paid": true, "placed": {{"on": "2026-01-0{day}", "at": "2026-01-0{day}T10:00:00.25+02:00"}},
+            "customer": {{"id": "c7", "tags": ["a"]}}, "action": "buy", "seen": "yes", "select": "kw"}}"#
+    );
+    rec(key, jan(day), &value, at(secs))
+}
+
+async fn store(url: &str, schema: &str, page_rows: usize) -> PostgresStore {
+    PostgresStore::builder()
+        .schema(schema)
+        .page_rows(page_rows)
+        .columns(declared())
+        .connect(url)
+        .await
+        .unwrap()
+}
+
+type Row = (
+    String,
+    Option<String>,
+    Option<i64>,
+    Option<f64>,
+    Option<String>,
+    Option<bool>,
+    Option<NaiveDate>,
+    Option<DateTime<Utc>>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+async fn typed_rows(store: &PostgresStore) -> Vec<Row> {
+    let client = store.pool().get().await.unwrap();
+    let sql = format!(
+        r#"SELECT key, status, total_cents, ratio, amount::text, paid, placed_on, placed_at,
+                  customer::text, action, seen, "select"
+           FROM "{}"."{}" ORDER BY key"#,
+        store.schema(),
+        store.table()
+    );
+    client
+        .query(&sql, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r.get(0),
+                r.get(1),
+                r.get(2),
+                r.get(3),
+                r.get(4),
+                r.get(5),
+                r.get(6),
+                r.get(7),
+                r.get(8),
+                r.get(9),
+                r.get(10),
+                r.get(11),
+            )
+        })
+        .collect()
+}
+
+fn placed(key: &str, total: i64, day: u32) -> Row {
+    (
+        key.into(),
+        Some("placed".into()),
+        Some(total),
+        Some(0.5),
+        Some("12.50".into()),
+        Some(true),
+        Some(jan(day)),
+        Some(format!("2026-01-0{day}T08:00:00.25Z").parse().unwrap()),
+        Some(r#"{"id": "c7", "tags": ["a"]}"#.into()),
+        Some("buy".into()),
+        Some("yes".into()),
+        Some("kw".into()),
+    )
+}
+
+fn nulls(key: &str) -> Row {
+    (
+        key.into(),
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
+}
+
+/// The first sync goes in by `COPY`, the second (a changed record, a new
+/// one, a tombstone) by the merge, in slices of two: both send the columns.
+#[tokio::test]
+async fn copy_and_merge_keep_the_values_fields_in_postgres_types() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let s = store(&url, &testkit::unique_schema(), 2).await;
+    let first = vec![
+        order("a", 1, 100, 1),
+        order("b", 1, 200, 1),
+        order("c", 1, 300, 1),
+    ];
+    let c = upsert(&s, jan(1), first, WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(c.inserted, 3);
+    assert_eq!(
+        typed_rows(&s).await,
+        vec![
+            placed("a", 100, 1),
+            placed("b", 200, 1),
+            placed("c", 300, 1)
+        ]
+    );
+    let again = vec![
+        order("a", 1, 100, 1),
+        order("b", 1, 250, 2),
+        tomb("c", jan(1), at(2)),
+        rec(
+            "d",
+            jan(1),
+            r#"{"status": "open", "total_cents": -3, "paid": false}"#,
+            at(2),
+        ),
+    ];
+    let c = upsert(&s, jan(1), again, WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        (c.unchanged, c.updated, c.deleted, c.inserted),
+        (1, 1, 1, 1)
+    );
+    let mut open = nulls("d");
+    (open.1, open.2, open.5) = (Some("open".into()), Some(-3), Some(false));
+    assert_eq!(
+        typed_rows(&s).await,
+        vec![placed("a", 100, 1), placed("b", 250, 1), nulls("c"), open]
+    );
+    // Plain SQL, no view, no casts.
+    let client = s.pool().get().await.unwrap();
+    let total: i64 = client
+        .query_one(
+            &format!(
+                r#"SELECT sum(total_cents)::bigint FROM "{}".backfill_records WHERE paid AND status = 'placed'"#,
+                s.schema()
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(total, 350);
+}
+
+#[tokio::test]
+async fn a_record_that_does_not_fit_is_refused_and_nothing_of_its_day_is_written() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let s = store(&url, &testkit::unique_schema(), 1000).await;
+    upsert(
+        &s,
+        jan(1),
+        vec![order("a", 1, 1, 1)],
+        WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    for (day, batch) in [
+        // A new day (the COPY path), and a synced one (the merge).
+        (
+            2,
+            vec![
+                order("b", 2, 2, 1),
+                rec(
+                    "c",
+                    jan(2),
+                    r#"{"status": "x", "total_cents": "12 EUR", "paid": true}"#,
+                    at(1),
+                ),
+            ],
+        ),
+        (
+            1,
+            vec![
+                order("a", 1, 5, 9),
+                rec(
+                    "e",
+                    jan(1),
+                    r#"{"status": "x", "total_cents": 1.5, "paid": true}"#,
+                    at(1),
+                ),
+            ],
+        ),
+    ] {
+        let err = upsert(&s, jan(day), batch, WriteOptions::default())
+            .await
+            .unwrap_err();
+        let Error::InvalidColumn(e) = &err else {
+            panic!("expected InvalidColumn, got {err:?}");
+        };
+        assert_eq!(
+            (e.column.as_str(), e.problem),
+            (
+                "total_cents",
+                ColumnProblem::WrongType(backfill_core::columns::ColumnType::Integer)
+            )
+        );
+    }
+    assert!(s.day_rows(jan(2)).await.unwrap().is_empty());
+    assert_eq!(typed_rows(&s).await, vec![placed("a", 1, 1)]);
+}
+
+#[tokio::test]
+async fn a_rerun_writes_nothing_and_the_digests_are_those_without_columns() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let schema = testkit::unique_schema();
+    let typed = store(&url, &schema, 1000).await;
+    let plain = PostgresStore::builder()
+        .schema(&schema)
+        .table("plain")
+        .connect(&url)
+        .await
+        .unwrap();
+    let records: Vec<Record> = (0..50)
+        .map(|i| order(&format!("k{i:02}"), 3, i, 5))
+        .collect();
+    for s in [&typed as &dyn Store, &plain] {
+        upsert(s, jan(3), records.clone(), WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    let again = upsert(&typed, jan(3), records.clone(), WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((again.unchanged, again.written()), (50, 0));
+    let client = typed.pool().get().await.unwrap();
+    let digests: Vec<String> = client
+        .query(
+            &format!(r#"SELECT digest FROM "{schema}".backfill_days WHERE day = $1 ORDER BY records_table"#),
+            &[&jan(3)],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(digests.len(), 2);
+    assert_eq!(digests[0], digests[1]);
+    assert_eq!(typed.rows().await.unwrap(), plain.rows().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_listing_and_the_watermark_leave_null_columns() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let s = store(&url, &testkit::unique_schema(), 2).await;
+    let records: Vec<Record> = (0..5).map(|i| order(&format!("k{i}"), 4, i, 5)).collect();
+    upsert(&s, jan(4), records.clone(), WriteOptions::default())
+        .await
+        .unwrap();
+    let c = upsert(&s, jan(4), records[2..].to_vec(), listing(at(10)))
+        .await
+        .unwrap();
+    assert_eq!(c.unlisted, 2);
+    let late = upsert(
+        &s,
+        jan(4),
+        vec![order("k9", 4, 9, 7)],
+        WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(late.deleted, 1);
+    let totals: Vec<Option<i64>> = typed_rows(&s).await.iter().map(|r| r.2).collect();
+    assert_eq!(totals, [None, None, Some(2), Some(3), Some(4), None]);
+}
+
+#[tokio::test]
+async fn a_table_declared_otherwise_is_refused_on_open_naming_the_column() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let schema = testkit::unique_schema();
+    drop(store(&url, &schema, 1000).await);
+    let open_with = |columns: Vec<Column>| {
+        let (url, schema) = (url.clone(), schema.clone());
+        async move {
+            PostgresStore::builder()
+                .schema(schema)
+                .columns(columns)
+                .connect(&url)
+                .await
+        }
+    };
+    let err = open_with(Vec::new()).await.unwrap_err();
+    assert!(format!("{err:#}").contains("status"), "{err:#}");
+    let mut other = declared();
+    other[1] = Column::parse("total_cents:double").unwrap();
+    let err = open_with(other).await.unwrap_err();
+    assert!(format!("{err:#}").contains("total_cents"), "{err:#}");
+    let mut more = declared();
+    more.push(Column::parse("extra:text?").unwrap());
+    let err = open_with(more).await.unwrap_err();
+    assert!(format!("{err:#}").contains("extra"), "{err:#}");
+    assert!(open_with(declared()).await.is_ok());
+}
+
+#[tokio::test]
+async fn a_hundred_columns_and_an_indexed_one() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let columns: Vec<Column> = (0..100)
+        .map(|i| Column::parse(&format!("c{i}:integer=f{i}")).unwrap())
+        .chain([Column::parse("status:text").unwrap().indexed(true)])
+        .collect();
+    let s = PostgresStore::builder()
+        .schema(testkit::unique_schema())
+        .columns(columns)
+        .connect(&url)
+        .await
+        .unwrap();
+    let fields: Vec<String> = (0..100).map(|i| format!("\"f{i}\": {i}")).collect();
+    let value = format!(r#"{{{}, "status": "s"}}"#, fields.join(", "));
+    for day in [1, 1] {
+        upsert(
+            &s,
+            jan(day),
+            vec![rec("k", jan(day), &value, at(1))],
+            WriteOptions::default(),
+        )
+        .await
+        .unwrap();
+    }
+    let client = s.pool().get().await.unwrap();
+    let row = client
+        .query_one(
+            &format!(
+                r#"SELECT c99, (SELECT count(*) FROM pg_indexes WHERE schemaname = '{0}'
+                    AND indexname = 'backfill_records:status')
+                   FROM "{0}".backfill_records"#,
+                s.schema()
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (99, 1));
+}
