@@ -32,7 +32,7 @@ pub(crate) struct Settings {
 /// The scenarios by group: a group runs as a whole, because its
 /// scenarios build on each other's tables and figures (`--only rerun` runs
 /// the backfill it re-runs, and the rest of its group).
-pub(crate) const GROUPS: [(&str, &[&str]); 6] = [
+pub(crate) const GROUPS: [(&str, &[&str]); 7] = [
     (
         "backfill",
         &[
@@ -63,6 +63,7 @@ pub(crate) const GROUPS: [(&str, &[&str]); 6] = [
             "large_upsert",
         ],
     ),
+    ("columns", &["columns", "columns_rerun"]),
 ];
 
 /// The group `name` (a group's or a scenario's name) belongs to.
@@ -123,7 +124,7 @@ pub(crate) fn usage() -> &'static str {
     "usage: backfill-bench [--stores memory,sqlite,postgres] [--days N] [--per-day N] \
      [--concurrency N] [--repeat N] [--big-day N] [--large] [--quick] [--json] \
      [--only SCENARIO,…]\n\
-     --only runs each named scenario's group: backfill, scale, parallel, big, cli_ingest, random"
+     --only runs each named scenario's group: backfill, scale, parallel, big, cli_ingest, random, columns"
 }
 
 /// The stores to measure, the run's settings, and whether to print JSON.

@@ -7,6 +7,7 @@ mod backfill;
 mod big;
 mod child;
 mod cli;
+mod columns;
 mod days;
 mod measure;
 mod parallel;
@@ -70,6 +71,10 @@ async fn run_groups(run: &mut Run<'_>, out: &mut Vec<Measurement>) -> Result<(),
     // The memory store is the friendly-key scenarios' reference only.
     if s.runs("random") && kind != Kind::Memory {
         random_group(run, out).await?;
+    }
+    if s.runs("columns") && kind != Kind::Memory {
+        run.log("columns");
+        out.extend(columns::columns(run).await?);
     }
     Ok(())
 }

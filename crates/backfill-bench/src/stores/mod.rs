@@ -8,6 +8,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use backfill_core::columns::Column;
 use backfill_core::{MemoryStore, Record, Store};
 use backfill_postgres::PostgresStore;
 use backfill_sqlite::SqliteStore;
@@ -92,13 +93,26 @@ impl Env {
 
     /// A fresh, empty store; `pool` connections for Postgres.
     pub(crate) async fn fresh(&mut self, pool: usize) -> Result<Target, String> {
+        self.fresh_with(pool, Vec::new()).await
+    }
+
+    /// A fresh, empty table with typed `columns`.
+    pub(crate) async fn fresh_with(
+        &mut self,
+        pool: usize,
+        columns: Vec<Column>,
+    ) -> Result<Target, String> {
         self.made += 1;
         let n = self.made;
         Ok(match self.kind {
             Kind::Memory => Target::Memory(MemoryStore::new()),
             Kind::Sqlite => {
                 let path = self.dir.path().join(format!("bench-{n}.db"));
-                let store = SqliteStore::open(&path).await.map_err(|e| e.to_string())?;
+                let store = SqliteStore::builder(&path)
+                    .columns(columns)
+                    .open()
+                    .await
+                    .map_err(|e| e.to_string())?;
                 Target::Sqlite { store, path }
             }
             Kind::Postgres => {
@@ -106,6 +120,7 @@ impl Env {
                 let store = PostgresStore::builder()
                     .schema(format!("bench_{}_{n}", std::process::id()))
                     .pool_size(pool)
+                    .columns(columns)
                     .connect(&url)
                     .await
                     .map_err(|e| e.to_string())?;
