@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
+use backfill_core::columns::Column;
 use backfill_core::{MemoryStore, Store};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::errors::to_py;
@@ -51,11 +53,19 @@ pub(crate) struct PySqliteStore {
 
 #[pymethods]
 impl PySqliteStore {
-    /// `SqliteStore(path, table="backfill_records")`; `":memory:"` for a
-    /// database of its own in memory.
+    /// `SqliteStore(path, table="backfill_records", columns=[])`;
+    /// `":memory:"` for a database of its own in memory. `columns` declares
+    /// typed columns as the command line's `--column` does
+    /// (`"total_cents:integer"`, `"customer:text?=customer.id"`).
     #[new]
-    #[pyo3(signature = (path, table=None))]
-    fn new(py: Python<'_>, path: std::path::PathBuf, table: Option<String>) -> PyResult<Self> {
+    #[pyo3(signature = (path, table=None, columns=None))]
+    fn new(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        table: Option<String>,
+        columns: Option<Vec<String>>,
+    ) -> PyResult<Self> {
+        let columns = declared(columns)?;
         let opened = block(py, async move {
             let mut builder = if path.as_os_str() == ":memory:" {
                 backfill_sqlite::SqliteStore::builder_in_memory()
@@ -65,7 +75,7 @@ impl PySqliteStore {
             if let Some(table) = table {
                 builder = builder.table(table);
             }
-            builder.open().await
+            builder.columns(columns).open().await
         })?;
         let store = opened.map_err(to_py)?;
         Ok(Self {
@@ -88,15 +98,18 @@ pub(crate) struct PyPostgresStore {
 
 #[pymethods]
 impl PyPostgresStore {
-    /// `PostgresStore(url, schema="public", table="backfill_records")`.
+    /// `PostgresStore(url, schema="public", table="backfill_records",
+    /// columns=[])`; `columns` as `SqliteStore`'s.
     #[new]
-    #[pyo3(signature = (url, schema=None, table=None))]
+    #[pyo3(signature = (url, schema=None, table=None, columns=None))]
     fn new(
         py: Python<'_>,
         url: String,
         schema: Option<String>,
         table: Option<String>,
+        columns: Option<Vec<String>>,
     ) -> PyResult<Self> {
+        let columns = declared(columns)?;
         let opened = block(py, async move {
             let mut builder = backfill_postgres::PostgresStore::builder();
             if let Some(schema) = schema {
@@ -105,7 +118,7 @@ impl PyPostgresStore {
             if let Some(table) = table {
                 builder = builder.table(table);
             }
-            builder.connect(&url).await
+            builder.columns(columns).connect(&url).await
         })?;
         let store = opened.map_err(to_py)?;
         Ok(Self {
@@ -139,4 +152,13 @@ pub(crate) fn store_of(store: &Bound<'_, PyAny>) -> PyResult<Shared> {
     Err(pyo3::exceptions::PyTypeError::new_err(
         "store must be a MemoryStore, SqliteStore or PostgresStore",
     ))
+}
+
+/// Typed column declarations (`name:type[?][=path]`), parsed.
+fn declared(columns: Option<Vec<String>>) -> PyResult<Vec<Column>> {
+    columns
+        .unwrap_or_default()
+        .iter()
+        .map(|d| Column::parse(d).map_err(|e| PyValueError::new_err(e.to_string())))
+        .collect()
 }
