@@ -35,7 +35,6 @@
 //! # Ok::<(), backfill_core::Error>(())
 //! ```
 
-use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
@@ -308,7 +307,7 @@ impl Column {
         let Some(top) = top else {
             return Err(fail(ColumnProblem::Missing, root.get()));
         };
-        let Some(mut raw) = top.get(first.as_str()).copied() else {
+        let Some(mut raw) = top.get(first) else {
             return self.missing(&fail);
         };
         for field in rest {
@@ -318,7 +317,7 @@ impl Column {
             let Some(level) = object(raw) else {
                 return Err(fail(ColumnProblem::Missing, raw.get()));
             };
-            match level.get(field.as_str()) {
+            match level.get(field) {
                 Some(inner) => raw = inner,
                 None => return self.missing(&fail),
             }
@@ -601,25 +600,31 @@ impl<'a> IntoIterator for &'a Columns {
 /// are never rounded), field names unescaped. A name given twice is the
 /// last one, as JSON parsers (and Postgres' `jsonb`) read it. `None` when
 /// `raw` is not an object.
-type Object<'a> = HashMap<Cow<'a, str>, &'a RawValue>;
+enum Object<'a> {
+    /// Names borrowed from the text (none holds an escape).
+    Borrowed(HashMap<&'a str, &'a RawValue>),
+    /// Names unescaped, when one holds an escape.
+    Owned(HashMap<String, &'a RawValue>),
+}
+
+impl<'a> Object<'a> {
+    fn get(&self, name: &str) -> Option<&'a RawValue> {
+        match self {
+            Object::Borrowed(map) => map.get(name).copied(),
+            Object::Owned(map) => map.get(name).copied(),
+        }
+    }
+}
 
 fn object(raw: &RawValue) -> Option<Object<'_>> {
     let text = raw.get();
     if !text.starts_with('{') {
         return None;
     }
-    // Names borrowed from the text; only a name with an escape in it needs
-    // a copy, unescaped.
-    if let Ok(map) = serde_json::from_str::<HashMap<&str, &RawValue>>(text) {
-        return Some(
-            map.into_iter()
-                .map(|(k, v)| (Cow::Borrowed(k), v))
-                .collect(),
-        );
+    if let Ok(map) = serde_json::from_str(text) {
+        return Some(Object::Borrowed(map));
     }
-    serde_json::from_str::<HashMap<String, &RawValue>>(text)
-        .ok()
-        .map(|map| map.into_iter().map(|(k, v)| (Cow::Owned(k), v)).collect())
+    serde_json::from_str(text).ok().map(Object::Owned)
 }
 
 /// Whether `text` is one JSON number (`-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?`).
