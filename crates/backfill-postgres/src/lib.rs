@@ -272,10 +272,16 @@
 //! [`Error::InvalidColumn`](backfill_core::Error::InvalidColumn), naming
 //! the key, the column, the path and the text, before anything of its day
 //! is sent. Opening checks the typed columns like the rest of the table: a
-//! column the declaration lacks, of another type, or a declared one the
-//! table lacks, is refused naming it. (Adding a column to a table that has
-//! rows is not done in place yet: such a table is refused, naming the
-//! missing column.)
+//! column the declaration lacks, or of another type, is refused naming it.
+//! A declared column the table lacks is added in place, in the open's
+//! transaction, and filled from the table's live rows (read in key order,
+//! 10 000 at a time, each row updated once: on a large table, about the
+//! cost of rewriting it); a stored row that does not fit fails the open
+//! with [`Error::InvalidColumn`](backfill_core::Error::InvalidColumn)
+//! naming its key, and nothing is added. A store that may not create
+//! ([`create_if_missing(false)`](PostgresStoreBuilder::create_if_missing))
+//! refuses such a table, saying what to do; a role without DDL rights works
+//! on a table that already has its columns.
 //!
 //! # Which errors are retried
 //!

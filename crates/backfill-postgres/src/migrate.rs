@@ -13,12 +13,15 @@
 use std::fmt;
 
 use backfill_core::columns::Columns;
-use backfill_core::Result;
+use backfill_core::{Record, Result};
+use chrono::{DateTime, NaiveDate, Utc};
 use deadpool_postgres::Transaction;
+use tokio_postgres::types::ToSql;
 
 use crate::error::open_error;
 use crate::schema::{self, Found, Shape};
 use crate::sql;
+use crate::typed::{self, Param};
 
 /// Checks the store's tables in `schema` and, if `create`, creates what is
 /// missing and upgrades what is old, in `tx` (which the caller commits).
@@ -46,10 +49,20 @@ pub(crate) async fn prepare(
     // Tables of another shape, or of a newer release, are refused
     // before anything is created or upgraded beside them.
     check(schema, name, &found, typed)?;
-    if found.complete() {
+    let adding = absent(&found, typed)?;
+    if found.complete() && adding.is_empty() {
         return Ok(());
     }
     if !create {
+        if let (true, Some(column)) = (found.complete(), adding.iter().next()) {
+            return Err(open_error(format!(
+                "table {} lacks the typed column \"{}\", and this store may not add it \
+                 (create_if_missing(false)): open it once with create_if_missing(true), and it \
+                 is added and filled from the table's rows",
+                sql::qualified(schema, name),
+                column.name()
+            )));
+        }
         return Err(open_error(missing(schema, name, &found)));
     }
     // Concurrent first opens would race to create the same things;
@@ -63,6 +76,10 @@ pub(crate) async fn prepare(
         .map_err(open_error)?;
     check(schema, name, &found, typed)?;
     create_or_upgrade(tx, schema, name, &found, typed).await?;
+    let adding = absent(&found, typed)?;
+    if !adding.is_empty() {
+        add_columns(tx, schema, name, &adding).await?;
+    }
     // What exists now must be what the store creates, index and
     // version included.
     found = schema::inspect(&**tx, schema, name)
@@ -73,6 +90,117 @@ pub(crate) async fn prepare(
         return Err(open_error(missing(schema, name, &found)));
     }
     Ok(())
+}
+
+/// The declared typed columns an existing table of the current shape
+/// lacks (none for a table to be created, which gets them all).
+fn absent(found: &Found, typed: &Columns) -> Result<Columns> {
+    let Some(table) = found
+        .table
+        .as_ref()
+        .filter(|_| found.table_shape() == Shape::Records)
+    else {
+        return Ok(Columns::default());
+    };
+    Columns::new(
+        typed
+            .iter()
+            .filter(|c| !table.has_column(c.name()))
+            .cloned(),
+    )
+}
+
+/// Adds the typed `columns` to the existing table and fills them from each
+/// live row's value, in the open's transaction (a tombstone's stay NULL):
+/// one `ALTER TABLE`, then the rows in key order, 10 000 at a time, each
+/// updated once. A row whose value does not fit fails the open with
+/// [`Error::InvalidColumn`](backfill_core::Error::InvalidColumn) naming its
+/// key; the transaction rolls back, and nothing is added.
+async fn add_columns(
+    tx: &Transaction<'_>,
+    schema: &str,
+    name: &str,
+    columns: &Columns,
+) -> Result<()> {
+    let t = sql::qualified(schema, name);
+    let names: Vec<&str> = columns.iter().map(|c| c.name()).collect();
+    let upgrade_error = |e: tokio_postgres::Error| {
+        let why = e
+            .as_db_error()
+            .map_or_else(|| e.to_string(), |d| d.message().to_owned());
+        open_error(format!(
+            "adding the typed column(s) {} to table {t} failed: {why}; open it once with a \
+             role that may run DDL on it (its owner) on a writable server",
+            names.join(", ")
+        ))
+    };
+    let added: Vec<String> = columns
+        .iter()
+        .map(|c| {
+            format!(
+                r#"ADD COLUMN "{}" {} NULL"#,
+                c.name(),
+                typed::sql_type(c.column_type())
+            )
+        })
+        .collect();
+    tx.batch_execute(&format!("ALTER TABLE {t} {}", added.join(", ")))
+        .await
+        .map_err(upgrade_error)?;
+    for index in sql::create_column_indexes(schema, name, columns) {
+        tx.batch_execute(&index).await.map_err(upgrade_error)?;
+    }
+    let page = tx
+        .prepare(&format!(
+            r#"SELECT key, event_date, value, updated_at FROM {t}
+               WHERE NOT deleted AND key > $1::text COLLATE "C" ORDER BY key LIMIT 10000"#
+        ))
+        .await
+        .map_err(open_error)?;
+    let arrays: String = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!(", ${}::{}", i + 2, typed::array_cast(c.column_type())))
+        .collect();
+    let aliases: String = (0..columns.len()).map(|i| format!(", tc{i}")).collect();
+    let set: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!(r#""{}" = u.tc{i}"#, c.name()))
+        .collect();
+    let update = tx
+        .prepare(&format!(
+            r#"UPDATE {t} AS s SET {} FROM unnest($1::text[]{arrays}) AS u(key{aliases})
+               WHERE s.key = u.key COLLATE "C""#,
+            set.join(", ")
+        ))
+        .await
+        .map_err(open_error)?;
+    let mut after = String::new();
+    loop {
+        let rows = tx.query(&page, &[&after]).await.map_err(open_error)?;
+        let Some(last) = rows.last() else {
+            return Ok(());
+        };
+        after = last.get(0);
+        let mut keys: Vec<String> = Vec::with_capacity(rows.len());
+        let mut values: Vec<Vec<Param>> = (0..columns.len()).map(|_| Vec::new()).collect();
+        for row in &rows {
+            let record = Record::new(
+                row.get::<_, String>(0),
+                row.get::<_, NaiveDate>(1),
+                row.get::<_, String>(2),
+                row.get::<_, DateTime<Utc>>(3),
+            )?;
+            for (array, value) in values.iter_mut().zip(columns.extract(&record)?) {
+                array.push(Param(value));
+            }
+            keys.push(record.key().to_owned());
+        }
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&keys];
+        params.extend(values.iter().map(|v| v as &(dyn ToSql + Sync)));
+        tx.execute(&update, &params).await.map_err(open_error)?;
+    }
 }
 
 /// Refuses what may not be opened, created beside or upgraded: a schema
@@ -94,10 +222,18 @@ fn check(schema: &str, name: &str, found: &Found, typed: &Columns) -> Result<()>
         return Err(newer(newest, format!("a table of schema \"{schema}\"")));
     }
     let none = Columns::default();
+    // Declared columns the table lacks are added and filled; it is
+    // checked with those it has.
+    let present = Columns::new(
+        typed
+            .iter()
+            .filter(|c| found.table.as_ref().is_some_and(|t| t.has_column(c.name())))
+            .cloned(),
+    )?;
     for (relation, table, shape, typed) in [
         (sql::TABLES_TABLE, &found.tables, Shape::Tables, &none),
         (sql::DAYS_TABLE, &found.days, found.days_shape(), &none),
-        (name, &found.table, found.table_shape(), typed),
+        (name, &found.table, found.table_shape(), &present),
     ] {
         if let Some(table) = table {
             schema::verify(schema, relation, table, shape, typed).map_err(open_error)?;

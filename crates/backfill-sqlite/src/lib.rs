@@ -271,10 +271,14 @@
 //! ```
 //!
 //! Opening checks the typed columns like the rest of the table: a table
-//! with a column the declaration lacks, or of another type, or without a
-//! declared one, is refused, naming the column. (Adding a column to a
-//! table that has rows is not done in place yet: such a table is refused,
-//! naming the missing column.)
+//! with a column the declaration lacks, or of another type, is refused,
+//! naming the column. A declared column the table lacks is added in place
+//! (`ADD COLUMN`, in the open's transaction) and filled from the table's
+//! live rows, read in key order 10 000 at a time, each updated once: on a
+//! large table, about the cost of rewriting it. A stored row that does not
+//! fit fails the open with
+//! [`Error::InvalidColumn`](backfill_core::Error::InvalidColumn) naming its
+//! key, and nothing is added; a read-only store refuses such a table.
 //!
 //! # An existing table
 //!

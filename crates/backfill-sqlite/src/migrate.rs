@@ -30,7 +30,7 @@
 //! still lacking them is given them whenever this release opens the file
 //! writable, whatever the records table's version.
 
-use backfill_core::columns::Columns;
+use backfill_core::columns::{Column, Columns};
 use backfill_core::Result;
 use rusqlite::{Connection, OptionalExtension};
 
@@ -154,14 +154,35 @@ fn bring_up(conn: &Connection, table: &str, typed: &Columns, access: Access) -> 
                  not match its columns"
             )));
         }
+    }
+    // Declared typed columns the table lacks are added and filled from its
+    // rows (below); the table is checked with those it has.
+    let (present, adding): (Vec<Column>, Vec<Column>) = match version {
+        Some(v) if v >= 2 => {
+            let mut present = Vec::new();
+            let mut adding = Vec::new();
+            for c in typed.iter() {
+                if schema::has_column(conn, table, c.name()).map_err(open_error)? {
+                    present.push(c.clone());
+                } else {
+                    adding.push(c.clone());
+                }
+            }
+            (present, adding)
+        }
+        _ => (Vec::new(), Vec::new()),
+    };
+    if let Some(v) = version {
         // Checked at the version it claims, before anything is changed.
-        schema::verify(conn, &sql::records_table(table, v, typed))?;
+        let present = Columns::new(present)?;
+        schema::verify(conn, &sql::records_table(table, v, &present))?;
     }
 
     let needs_write = version != Some(SCHEMA_VERSION)
         || registered != Some(SCHEMA_VERSION)
         || !missing_metadata.is_empty()
-        || days_lack_ledger;
+        || days_lack_ledger
+        || !adding.is_empty();
     if needs_write {
         match access {
             Access::Look => return Ok(false),
@@ -186,6 +207,13 @@ fn bring_up(conn: &Connection, table: &str, typed: &Columns, access: Access) -> 
                          {SCHEMA_VERSION}) that table \"{table}\" needs: open it once \
                          writable, with rights to change the schema, and it is upgraded in \
                          place"
+                    )))
+                }
+                Some(_) if !adding.is_empty() => {
+                    return Err(open_error(format!(
+                        "table \"{table}\" lacks the typed column {}: open it once writable, \
+                         and it is added and filled from the table's rows",
+                        adding[0].name()
                     )))
                 }
                 // The current version, its metadata lost: the records
@@ -217,6 +245,9 @@ fn bring_up(conn: &Connection, table: &str, typed: &Columns, access: Access) -> 
                     // beside a days table no step has given its columns.
                     add_ledger_columns(conn)?;
                     schema::verify(conn, &sql::days_table(SCHEMA_VERSION))?;
+                }
+                if !adding.is_empty() {
+                    add_columns(conn, table, &Columns::new(adding.clone())?)?;
                 }
                 conn.execute(sql::REGISTER, rusqlite::params![table, SCHEMA_VERSION])
                     .map_err(open_error)?;
@@ -255,6 +286,58 @@ fn bring_up(conn: &Connection, table: &str, typed: &Columns, access: Access) -> 
         }
     }
     Ok(true)
+}
+
+/// Adds the typed `columns` to the records table `table`, which has rows,
+/// and fills them from each live row's value, in the open transaction
+/// (a tombstone's stay NULL): one `ADD COLUMN` each, then the rows in key
+/// order, a page at a time, each updated once. A row whose value does not
+/// fit fails the upgrade with [`Error::InvalidColumn`] naming its key, and
+/// the transaction rolls back: nothing is added.
+///
+/// [`Error::InvalidColumn`]: backfill_core::Error::InvalidColumn
+fn add_columns(conn: &Connection, table: &str, columns: &Columns) -> Result<()> {
+    for sql in sql::add_typed_columns(table, columns) {
+        conn.execute_batch(&sql).map_err(open_error)?;
+    }
+    let page = format!(
+        r#"SELECT key, event_date, value, updated_at FROM "{table}"
+           WHERE deleted = 0 AND key > ?1 ORDER BY key LIMIT 10000"#
+    );
+    let set: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!(r#""{}" = ?{}"#, c.name(), i + 2))
+        .collect();
+    let update = format!(r#"UPDATE "{table}" SET {} WHERE key = ?1"#, set.join(", "));
+    let mut after = String::new();
+    loop {
+        let rows: Vec<(String, String, String, String)> = conn
+            .prepare(&page)
+            .and_then(|mut stmt| {
+                stmt.query_map([&after], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })?
+                .collect()
+            })
+            .map_err(open_error)?;
+        let Some(last) = rows.last() else {
+            return Ok(());
+        };
+        after = last.0.clone();
+        let mut stmt = conn.prepare_cached(&update).map_err(open_error)?;
+        for (key, date, value, instant) in rows {
+            let record = crate::store::stored_record(&key, &date, &value, &instant)?;
+            let values: Vec<rusqlite::types::Value> = columns
+                .extract(&record)?
+                .into_iter()
+                .map(crate::write::sql_value)
+                .collect();
+            let params = std::iter::once(rusqlite::types::Value::Text(key)).chain(values);
+            stmt.execute(rusqlite::params_from_iter(params))
+                .map_err(open_error)?;
+        }
+    }
 }
 
 /// Upgrades the records table `table` from schema version `from` to

@@ -254,7 +254,8 @@ pub(crate) fn records_table(table: &str, version: i64, typed: &Columns) -> Table
 /// booleans, `REAL` for doubles, `TEXT` for the rest (a numeric as its
 /// exact decimal text, a date as `YYYY-MM-DD`, an instant in UTC as
 /// `updated_at` is written, so text order is time order) — with a `CHECK`
-/// of its form, and, for a required one, that a live row has it.
+/// of its form. (That a required field is there is the write path's to
+/// check: a `CHECK` on it could not be added to a table with rows.)
 fn typed_column(c: &backfill_core::columns::Column) -> Column {
     let name = c.name();
     let q = format!("\"{name}\"");
@@ -271,27 +272,29 @@ fn typed_column(c: &backfill_core::columns::Column) -> Column {
         ),
         _ => (TEXT, None),
     };
-    let mut checks = Vec::new();
-    if let Some(form) = form {
-        checks.push(format!("{q} IS NULL OR ({form})"));
-    }
-    if !c.is_nullable() {
-        checks.push(format!("{DELETED} = 1 OR {q} IS NOT NULL"));
-    }
     Column {
         name: Cow::Owned(name.to_owned()),
         sql_type,
         not_null: false,
         default: None,
-        check: (!checks.is_empty()).then(|| {
-            checks
-                .iter()
-                .map(|c| format!("({c})"))
-                .collect::<Vec<_>>()
-                .join(" AND ")
-        }),
+        check: form.map(|form| format!("{q} IS NULL OR ({form})")),
         earlier_checks: &[],
     }
+}
+
+/// `ADD COLUMN` of each typed column of `columns` (the upgrade that adds
+/// declared columns to a table with rows; their `CHECK`s hold for the
+/// NULLs every row starts with).
+pub(crate) fn add_typed_columns(table: &str, columns: &Columns) -> Vec<String> {
+    columns
+        .iter()
+        .map(|c| {
+            format!(
+                r#"ALTER TABLE "{table}" ADD COLUMN {}"#,
+                typed_column(c).definition(false)
+            )
+        })
+        .collect()
 }
 
 /// The name of the store's index on typed column `column`: as

@@ -486,6 +486,18 @@ fn into_record((key, date, value, instant, deleted): RawRow) -> Result<Record> {
     }
 }
 
+/// A live row as a record, from its text columns (for the upgrade that
+/// fills new typed columns).
+pub(crate) fn stored_record(key: &str, date: &str, value: &str, instant: &str) -> Result<Record> {
+    into_record((
+        key.to_owned(),
+        date.to_owned(),
+        value.to_owned(),
+        instant.to_owned(),
+        0,
+    ))
+}
+
 pub(crate) fn format_date(day: NaiveDate) -> String {
     day.format(DATE_FORMAT).to_string()
 }

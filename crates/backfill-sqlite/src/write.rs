@@ -259,7 +259,7 @@ fn merge_page(
 }
 
 /// A typed column's value as SQLite keeps it (see `sql::typed_column`).
-fn sql_value(value: ColumnValue) -> Value {
+pub(crate) fn sql_value(value: ColumnValue) -> Value {
     match value {
         ColumnValue::Text(s) | ColumnValue::Numeric(s) | ColumnValue::Json(s) => Value::Text(s),
         ColumnValue::Integer(n) => Value::Integer(n),

@@ -3,8 +3,8 @@
 //! write path and sent with the row, by `COPY` and by the merge alike;
 //! tombstones NULL; a record that does not fit refused with nothing of its
 //! day written; a re-run writes nothing; the digests are those without
-//! columns; a table declared otherwise is refused on open, naming the
-//! column.
+//! columns; a column declared later is added and filled from the rows; a
+//! table declared otherwise is refused on open, naming the column.
 
 use backfill_core::columns::{Column, ColumnProblem};
 use backfill_core::conformance::fixtures::{at, jan, listing, rec, tomb};
@@ -349,10 +349,6 @@ async fn a_table_declared_otherwise_is_refused_on_open_naming_the_column() {
     other[1] = Column::parse("total_cents:double").unwrap();
     let err = open_with(other).await.unwrap_err();
     assert!(format!("{err:#}").contains("total_cents"), "{err:#}");
-    let mut more = declared();
-    more.push(Column::parse("extra:text?").unwrap());
-    let err = open_with(more).await.unwrap_err();
-    assert!(format!("{err:#}").contains("extra"), "{err:#}");
     assert!(open_with(declared()).await.is_ok());
 }
 
@@ -397,4 +393,65 @@ async fn a_hundred_columns_and_an_indexed_one() {
         .await
         .unwrap();
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (99, 1));
+}
+
+/// A column declared later is added to the table that has rows and filled
+/// from them, in the open's transaction; a stored row that does not fit
+/// fails the open naming its key, and nothing is added; a store that may
+/// not create says what to do.
+#[tokio::test]
+async fn a_column_declared_later_is_added_and_filled_from_the_rows() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let schema = testkit::unique_schema();
+    let first = vec![Column::parse("status:text").unwrap()];
+    let open = |columns: Vec<Column>, create: bool| {
+        let (url, schema) = (url.clone(), schema.clone());
+        async move {
+            PostgresStore::builder()
+                .schema(schema)
+                .page_rows(2)
+                .create_if_missing(create)
+                .columns(columns)
+                .connect(&url)
+                .await
+        }
+    };
+    let s = open(first.clone(), true).await.unwrap();
+    let records: Vec<Record> = (0..5)
+        .map(|i| order(&format!("k{i}"), 1, i, 1))
+        .chain([tomb("t", jan(1), at(1))])
+        .collect();
+    upsert(&s, jan(1), records, WriteOptions::default())
+        .await
+        .unwrap();
+    drop(s);
+    let err = open(declared(), false).await.unwrap_err();
+    assert!(
+        format!("{err:#}").contains("lacks the typed column"),
+        "{err:#}"
+    );
+    let mut bad = first.clone();
+    bad.push(Column::parse("status_n:integer=status").unwrap());
+    let err = open(bad, true).await.unwrap_err();
+    assert!(
+        format!("{err:#}").contains(r#"invalid record "k0": column status_n"#),
+        "{err:#}"
+    );
+    drop(open(first, true).await.unwrap());
+    let s = open(declared(), true).await.unwrap();
+    let rows = typed_rows(&s).await;
+    assert_eq!(rows[0], placed("k0", 0, 1));
+    assert_eq!(rows[4], placed("k4", 4, 1));
+    assert_eq!(rows[5], nulls("t"));
+    let again = upsert(
+        &s,
+        jan(1),
+        vec![order("k1", 1, 1, 1)],
+        WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.unchanged, 1);
 }

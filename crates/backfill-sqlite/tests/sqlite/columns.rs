@@ -1,8 +1,9 @@
 //! Typed columns as SQLite keeps them: each a column of the records table
 //! in SQLite's type for it, read from the record's value; tombstones NULL;
 //! a record that does not fit refused with nothing of its day written; a
-//! re-run writes nothing; the digests are the same as without columns;
-//! and a table declared otherwise is refused on open, naming the column.
+//! re-run writes nothing; the digests are the same as without columns; a
+//! column declared later is added and filled from the rows; and a table
+//! declared otherwise is refused on open, naming the column.
 
 use backfill_core::columns::{Column, ColumnProblem};
 use backfill_core::conformance::fixtures::{at, jan, listing, rec, tomb};
@@ -294,25 +295,23 @@ async fn a_listing_and_the_watermark_leave_null_columns_and_pages_match_a_batch(
 }
 
 #[tokio::test]
-async fn the_table_refuses_a_live_row_without_a_required_column_and_keeps_an_index() {
+async fn the_table_refuses_a_value_of_another_form_and_keeps_an_index() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.sqlite");
     let s = SqliteStore::builder(&path)
         .column(Column::parse("status:text").unwrap().indexed(true))
+        .column(Column::parse("paid:boolean?").unwrap())
         .open()
         .await
         .unwrap();
     drop(s);
     let conn = raw(&path);
     let refused = conn.execute(
-        "INSERT INTO backfill_records (key, event_date, value, updated_at, deleted, status)
-         VALUES ('x', '2026-01-01', '{}', '2026-01-01T00:00:00.000000Z', 0, NULL)",
+        "INSERT INTO backfill_records (key, event_date, value, updated_at, deleted, status, paid)
+         VALUES ('x', '2026-01-01', '{}', '2026-01-01T00:00:00.000000Z', 0, 's', 2)",
         [],
     );
-    assert!(
-        refused.is_err(),
-        "a live row without its required column was stored"
-    );
+    assert!(refused.is_err(), "a boolean column stored 2");
     let indexed: bool = conn
         .query_row(
             "SELECT EXISTS (SELECT 1 FROM pragma_index_list('backfill_records') WHERE name = 'backfill_records:status')",
@@ -321,6 +320,75 @@ async fn the_table_refuses_a_live_row_without_a_required_column_and_keeps_an_ind
         )
         .unwrap();
     assert!(indexed);
+}
+
+/// A column declared later is added to the table that has rows and filled
+/// from them, in one transaction; a stored row that does not fit fails
+/// the upgrade naming its key, and nothing is added.
+#[tokio::test]
+async fn a_column_declared_later_is_added_and_filled_from_the_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.sqlite");
+    let first = vec![Column::parse("status:text").unwrap()];
+    let s = SqliteStore::builder(&path)
+        .columns(first.clone())
+        .open()
+        .await
+        .unwrap();
+    let records = vec![
+        order("a", 1, 100, 1),
+        order("b", 1, 200, 1),
+        tomb("c", jan(1), at(1)),
+    ];
+    upsert(&s, jan(1), records, WriteOptions::default())
+        .await
+        .unwrap();
+    drop(s);
+    // A read-only store adds nothing.
+    let err = SqliteStore::builder(&path)
+        .columns(declared())
+        .read_only(true)
+        .open()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("lacks the typed column"), "{err}");
+    // A column a stored row does not fit: refused, naming the row.
+    let mut bad = first.clone();
+    bad.push(Column::parse("status_n:integer=status").unwrap());
+    let err = SqliteStore::builder(&path)
+        .columns(bad)
+        .open()
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(r#"invalid record "a": column status_n"#),
+        "{err}"
+    );
+    // The table is as it was: the first declaration still opens it.
+    drop(
+        SqliteStore::builder(&path)
+            .columns(first)
+            .open()
+            .await
+            .unwrap(),
+    );
+    // Every declared column now: added, filled, the tombstone's NULL.
+    let s = store(&path).await;
+    let rows = typed_rows(&path);
+    assert_eq!(rows[0][1], ("integer".into(), Value::Integer(100)));
+    assert_eq!(rows[1][6], text("2026-01-01T08:00:00.250000Z"));
+    assert_eq!(rows[2][1].1, Value::Null);
+    // Nothing about the records changed, and a re-run writes nothing.
+    let again = upsert(
+        &s,
+        jan(1),
+        vec![order("a", 1, 100, 1)],
+        WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.unchanged, 1);
 }
 
 #[tokio::test]
@@ -340,11 +408,6 @@ async fn a_table_declared_otherwise_is_refused_on_open_naming_the_column() {
     other[1] = Column::parse("total_cents:double").unwrap();
     let err = open_with(other).await.unwrap_err();
     assert!(err.to_string().contains("total_cents"), "{err}");
-    // A column the table lacks.
-    let mut more = declared();
-    more.push(Column::parse("extra:text?").unwrap());
-    let err = open_with(more).await.unwrap_err();
-    assert!(err.to_string().contains("extra"), "{err}");
     // The same declaration opens.
     assert!(open_with(declared()).await.is_ok());
 }
