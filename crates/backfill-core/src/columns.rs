@@ -576,15 +576,6 @@ impl Columns {
             .map(|c| c.read(record.key(), root, top.as_ref()))
             .collect()
     }
-
-    /// Checks that every column fits `record`, without keeping the values.
-    ///
-    /// # Errors
-    ///
-    /// As [`Columns::extract`].
-    pub fn check(&self, record: &Record) -> Result<()> {
-        self.extract(record).map(drop)
-    }
 }
 
 impl<'a> IntoIterator for &'a Columns {

@@ -46,8 +46,12 @@ fn orders(s: &crate::settings::Settings, d: u32) -> Vec<Record> {
         .collect()
 }
 
-/// One backfill of the orders into `target`: its seconds and peak RSS.
-async fn backfill_into(run: &Run<'_>, target: &Target) -> Result<(f64, u64), String> {
+/// One backfill of the orders into `target`: its report's totals, seconds
+/// and peak RSS.
+async fn backfill_into(
+    run: &Run<'_>,
+    target: &Target,
+) -> Result<(backfill_core::Counts, f64, u64), String> {
     let s = run.s;
     let feed = Feed::new((0..s.days).map(|d| (nth_day(d), orders(s, d))));
     reset_peak_rss();
@@ -60,11 +64,16 @@ async fn backfill_into(run: &Run<'_>, target: &Target) -> Result<(f64, u64), Str
         )
         .await
         .map_err(|e| e.to_string())?;
-    let seconds = started.elapsed().as_secs_f64();
-    if report.totals().inserted != s.rows() {
-        return Err(format!("columns: inserted {}", report.totals().inserted));
+    Ok((report.totals(), started.elapsed().as_secs_f64(), peak_rss()))
+}
+
+/// [`backfill_into`] of orders the table does not hold: every one inserted.
+async fn first_backfill(run: &Run<'_>, target: &Target) -> Result<(f64, u64), String> {
+    let (totals, seconds, peak) = backfill_into(run, target).await?;
+    if totals.inserted != run.s.rows() {
+        return Err(format!("columns: inserted {}", totals.inserted));
     }
-    Ok((seconds, peak_rss()))
+    Ok((seconds, peak))
 }
 
 /// `columns` and `columns_rerun`: the best of `s.repeat` backfills with
@@ -76,16 +85,22 @@ pub(crate) async fn columns(run: &mut Run<'_>) -> Result<[Measurement; 2], Strin
     let mut last = None;
     for _ in 0..s.repeat {
         let without = run.env.fresh(s.concurrency).await?;
-        plain = plain.min(backfill_into(run, &without).await?.0);
+        plain = plain.min(first_backfill(run, &without).await?.0);
         drop(without);
         let with = run.env.fresh_with(s.concurrency, declared()).await?;
-        let (seconds, p) = backfill_into(run, &with).await?;
+        let (seconds, p) = first_backfill(run, &with).await?;
         (typed, peak) = (typed.min(seconds), peak.max(p));
         last = Some(with);
     }
     let target = last.expect("at least one run");
     let w0 = target.rows_written().await?;
-    let (rerun, rerun_peak) = backfill_into_rerun(run, &target).await?;
+    let (again_totals, rerun, rerun_peak) = backfill_into(run, &target).await?;
+    if again_totals.unchanged != s.rows() {
+        return Err(format!(
+            "columns_rerun: unchanged {}",
+            again_totals.unchanged
+        ));
+    }
     let written = delta(w0, target.rows_written().await?)
         .map(|w| w.saturating_sub(ledger_rows(run.kind, s.days)))
         .unwrap_or_default();
@@ -117,29 +132,4 @@ pub(crate) async fn columns(run: &mut Run<'_>) -> Result<[Measurement; 2], Strin
         ..run.line("columns_rerun")
     };
     Ok([first, again])
-}
-
-/// The orders again into `target`, which holds them: every record
-/// unchanged.
-async fn backfill_into_rerun(run: &Run<'_>, target: &Target) -> Result<(f64, u64), String> {
-    let s = run.s;
-    let feed = Feed::new((0..s.days).map(|d| (nth_day(d), orders(s, d))));
-    reset_peak_rss();
-    let started = Instant::now();
-    let report = job(s)
-        .backfill(
-            target.store(),
-            &|d| fetch_from(&feed, d),
-            first_day()..=nth_day(s.days - 1),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    let seconds = started.elapsed().as_secs_f64();
-    if report.totals().unchanged != s.rows() {
-        return Err(format!(
-            "columns_rerun: unchanged {}",
-            report.totals().unchanged
-        ));
-    }
-    Ok((seconds, peak_rss()))
 }
