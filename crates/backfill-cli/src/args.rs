@@ -119,8 +119,23 @@ impl StoreArgs {
     pub(crate) fn typed_columns(&self) -> Result<Vec<Column>, String> {
         let mut columns = self.columns.clone();
         if let Some(path) = &self.columns_file {
-            let text = std::fs::read_to_string(path)
+            // A declaration file is small: 500 columns fit in a few KiB.
+            const MAX_BYTES: u64 = 1 << 20;
+            let mut text = String::new();
+            std::fs::File::open(path)
+                .and_then(|f| {
+                    std::io::Read::read_to_string(
+                        &mut std::io::Read::take(f, MAX_BYTES + 1),
+                        &mut text,
+                    )
+                })
                 .map_err(|e| format!("--columns {}: {e}", path.display()))?;
+            if text.len() as u64 > MAX_BYTES {
+                return Err(format!(
+                    "--columns {}: larger than {MAX_BYTES} bytes, which no declaration needs",
+                    path.display()
+                ));
+            }
             columns.extend(
                 columns_from_json(&text)
                     .map_err(|e| format!("--columns {}: {e}", path.display()))?,

@@ -1667,6 +1667,19 @@ async fn typed_columns_are_kept_and_bad_data_fails_its_day() {
         run(backfill(dir.path()).args(["status", "--from", "2026-01-01", "--to", "2026-01-03"]));
     assert_ne!(code(&bare), 0, "{}", show(&bare));
     assert!(text(&bare.stderr).contains("status"), "{}", show(&bare));
+    // A file that never ends is refused, not read to the end.
+    let endless = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--fetch-files",
+        "{day}.jsonl",
+        "--columns",
+        "/dev/zero",
+    ]));
+    assert_ne!(code(&endless), 0);
+    assert!(
+        text(&endless.stderr).contains("larger than"),
+        "{}",
+        show(&endless)
+    );
     // A bad declaration is a usage error, before anything runs.
     let bad = run(range(&mut backfill(dir.path()), 1, 1).args([
         "--fetch-files",
