@@ -35,11 +35,12 @@
 //! # Ok::<(), backfill_core::Error>(())
 //! ```
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::adapter::check_identifier;
@@ -290,10 +291,16 @@ impl Column {
         }
     }
 
-    /// This column's value in a live record's JSON value `root` (whose top
-    /// level is `top`, parsed once for every column), read down its path.
-    /// `key` names the record in errors.
-    fn read(&self, key: &str, root: &RawValue, top: Option<&Object<'_>>) -> Result<ColumnValue> {
+    /// This column's value in a live record's JSON value `root`, read down
+    /// its path from `first`, the top-level field its path starts with
+    /// (found in one pass for every column; `Err(())` when the value is
+    /// not an object). `key` names the record in errors.
+    fn read(
+        &self,
+        key: &str,
+        root: &str,
+        first: std::result::Result<Option<&RawValue>, ()>,
+    ) -> Result<ColumnValue> {
         let fail = |problem: ColumnProblem, text: &str| {
             Error::InvalidColumn(Box::new(ColumnError {
                 key: key.to_owned(),
@@ -303,21 +310,26 @@ impl Column {
                 text: shorten(text),
             }))
         };
-        let (first, rest) = self.path.split_first().expect("a path has a field");
-        let Some(top) = top else {
-            return Err(fail(ColumnProblem::Missing, root.get()));
+        let Ok(first) = first else {
+            return Err(fail(ColumnProblem::Missing, root));
         };
-        let Some(mut raw) = top.get(first) else {
+        let Some(mut raw) = first else {
             return self.missing(&fail);
         };
-        for field in rest {
+        for field in &self.path[1..] {
             if raw.get() == "null" {
                 return self.missing(&fail);
             }
-            let Some(level) = object(raw) else {
+            // `raw` is valid JSON already: the one way this fails is a
+            // level that is not an object.
+            let mut inner = [None];
+            if !matches!(
+                fields(raw.get(), std::slice::from_ref(field), &mut inner),
+                Ok(true)
+            ) {
                 return Err(fail(ColumnProblem::Missing, raw.get()));
-            };
-            match level.get(field) {
+            }
+            match inner[0] {
                 Some(inner) => raw = inner,
                 None => return self.missing(&fail),
             }
@@ -505,7 +517,13 @@ fn article(ty: ColumnType) -> &'static str {
 
 /// A store's typed columns, in their order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Columns(Vec<Column>);
+pub struct Columns {
+    columns: Vec<Column>,
+    /// The top-level fields the paths start with: sorted, distinct.
+    firsts: Vec<String>,
+    /// Each column's index into `firsts`.
+    first_of: Vec<usize>,
+}
 
 impl Columns {
     /// The columns, in this order.
@@ -531,22 +549,37 @@ impl Columns {
                 });
             }
         }
-        Ok(Self(columns))
+        let mut firsts: Vec<String> = columns.iter().map(|c| c.path[0].clone()).collect();
+        firsts.sort_unstable();
+        firsts.dedup();
+        let first_of = columns
+            .iter()
+            .map(|c| {
+                firsts
+                    .binary_search(&c.path[0])
+                    .expect("every first field is listed")
+            })
+            .collect();
+        Ok(Self {
+            columns,
+            firsts,
+            first_of,
+        })
     }
 
     /// The columns, in order.
     pub fn iter(&self) -> std::slice::Iter<'_, Column> {
-        self.0.iter()
+        self.columns.iter()
     }
 
     /// How many there are.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.columns.len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.columns.is_empty()
     }
 
     /// `record`'s value in each column, in order: every column NULL for a
@@ -558,22 +591,30 @@ impl Columns {
     /// does not fit (a value that is not JSON, when any column is
     /// declared, is [`ColumnProblem::NotJson`]).
     pub fn extract(&self, record: &Record) -> Result<Vec<ColumnValue>> {
-        if record.is_deleted() || self.0.is_empty() {
-            return Ok(vec![ColumnValue::Null; self.0.len()]);
+        if record.is_deleted() || self.columns.is_empty() {
+            return Ok(vec![ColumnValue::Null; self.columns.len()]);
         }
-        let root: &RawValue = serde_json::from_str(record.value()).map_err(|_| {
+        let value = record.value();
+        // One pass over the value: it is checked to be JSON, and the
+        // top-level fields the columns read are kept, raw, the rest skipped.
+        let mut found = vec![None; self.firsts.len()];
+        let is_object = fields(value, &self.firsts, &mut found).map_err(|_| {
             Error::InvalidColumn(Box::new(ColumnError {
                 key: record.key().to_owned(),
-                column: self.0[0].name.clone(),
-                path: self.0[0].path_text(),
+                column: self.columns[0].name.clone(),
+                path: self.columns[0].path_text(),
                 problem: ColumnProblem::NotJson,
-                text: shorten(record.value()),
+                text: shorten(value),
             }))
         })?;
-        let top = object(root);
-        self.0
+        let root = value.trim_matches([' ', '\t', '\n', '\r']);
+        self.columns
             .iter()
-            .map(|c| c.read(record.key(), root, top.as_ref()))
+            .zip(&self.first_of)
+            .map(|(c, &i)| {
+                let first = if is_object { Ok(found[i]) } else { Err(()) };
+                c.read(record.key(), root, first)
+            })
             .collect()
     }
 }
@@ -583,39 +624,81 @@ impl<'a> IntoIterator for &'a Columns {
     type IntoIter = std::slice::Iter<'a, Column>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        self.columns.iter()
     }
 }
 
-/// One level of a JSON object: its members' values stay raw text (numbers
-/// are never rounded), field names unescaped. A name given twice is the
-/// last one, as JSON parsers (and Postgres' `jsonb`) read it. `None` when
-/// `raw` is not an object.
-enum Object<'a> {
-    /// Names borrowed from the text (none holds an escape).
-    Borrowed(HashMap<&'a str, &'a RawValue>),
-    /// Names unescaped, when one holds an escape.
-    Owned(HashMap<String, &'a RawValue>),
+/// Reads the JSON `text` once, checking that it is JSON: when it is an
+/// object, sets `found[i]` to the raw value of its member `wanted[i]`
+/// (`wanted` sorted; numbers stay raw text and are never rounded; names
+/// are compared unescaped; a name given twice is the last one, as JSON
+/// parsers and Postgres' `jsonb` read it) and returns `true`; `false` for
+/// JSON that is not an object. Members not wanted are skipped, not kept.
+fn fields<'a>(
+    text: &'a str,
+    wanted: &[String],
+    found: &mut [Option<&'a RawValue>],
+) -> serde_json::Result<bool> {
+    if !text
+        .trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{')
+    {
+        serde_json::from_str::<IgnoredAny>(text)?;
+        return Ok(false);
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    de.deserialize_map(Members { wanted, found })?;
+    de.end()?;
+    Ok(true)
 }
 
-impl<'a> Object<'a> {
-    fn get(&self, name: &str) -> Option<&'a RawValue> {
-        match self {
-            Object::Borrowed(map) => map.get(name).copied(),
-            Object::Owned(map) => map.get(name).copied(),
+/// The visitor of [`fields`]: an object's members.
+struct Members<'w, 'f, 'a> {
+    wanted: &'w [String],
+    found: &'f mut [Option<&'a RawValue>],
+}
+
+impl<'de> Visitor<'de> for Members<'_, '_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+        while let Some(wanted) = map.next_key_seed(Name(self.wanted))? {
+            match wanted {
+                Some(i) => self.found[i] = Some(map.next_value()?),
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
         }
+        Ok(())
     }
 }
 
-fn object(raw: &RawValue) -> Option<Object<'_>> {
-    let text = raw.get();
-    if !text.starts_with('{') {
-        return None;
+/// A member's name: its index among the wanted names, if it is one.
+struct Name<'w>(&'w [String]);
+
+impl<'de> DeserializeSeed<'de> for Name<'_> {
+    type Value = Option<usize>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
     }
-    if let Ok(map) = serde_json::from_str(text) {
-        return Some(Object::Borrowed(map));
+}
+
+impl<'de> Visitor<'de> for Name<'_> {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a member name")
     }
-    serde_json::from_str(text).ok().map(Object::Owned)
+
+    fn visit_str<E: serde::de::Error>(self, name: &str) -> std::result::Result<Self::Value, E> {
+        Ok(self.0.binary_search_by(|w| w.as_str().cmp(name)).ok())
+    }
 }
 
 /// Whether `text` is one JSON number (`-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?`).
@@ -982,6 +1065,23 @@ mod tests {
             one("n:integer", r#"{"n": 1, "n": 2}"#).unwrap(),
             ColumnValue::Integer(2)
         );
+        // Names are compared unescaped; whitespace around the value is JSON's.
+        assert_eq!(
+            one("n:integer", " \n{\"\\u006e\": 4}\t").unwrap(),
+            ColumnValue::Integer(4)
+        );
+        // The whole value is checked, past the fields the columns read.
+        for broken in [
+            r#"{"n": 1, "x": tru}"#,
+            r#"{"n": 1} x"#,
+            r#"{"n": 1, "x": "\q"}"#,
+        ] {
+            assert_eq!(
+                problem("n:integer", broken).0,
+                ColumnProblem::NotJson,
+                "{broken}"
+            );
+        }
         // Unicode field names, and deep nesting.
         assert_eq!(
             one("u:integer=ключ", r#"{"ключ": 3}"#).unwrap(),

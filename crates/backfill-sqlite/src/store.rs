@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use crate::builder::{Opened, PageSize, SqliteStoreBuilder};
 use crate::error::backend;
 use crate::sql::Statements;
-use crate::write::{apply_day, Writer};
+use crate::write::{apply_day, Page, Writer};
 use crate::{BACKEND, DATE_FORMAT, INSTANT_FORMAT};
 
 /// Room a row needs besides its value, within SQLite's length limit (which
@@ -263,16 +263,26 @@ impl Store for SqliteStore {
         let abandoned = Abandoned::default();
         let flag = Arc::clone(&abandoned.0);
         let inner = Arc::clone(&self.inner);
-        let write = self.spawn_with_conn(move |conn, sql| {
+        let write = tokio::task::spawn_blocking(move || {
             let writer = Writer {
-                sql,
+                sql: &inner.sql,
                 max_value_bytes: inner.max_value_bytes,
                 page: inner.pages,
                 staged: &inner.staged,
                 abandoned: &flag,
                 columns: &inner.columns,
             };
-            apply_day(conn, &writer, &mut day)
+            // The first page (a batch's only one) is checked and its typed
+            // columns read before the connection is locked, while another
+            // day's write may hold it.
+            let first = Page::next(&writer, &mut day)?;
+            // As in `spawn_with_conn`: a panic under the lock left no
+            // transaction committed, so the connection is still sound.
+            let mut conn = inner
+                .conn
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            apply_day(&mut conn, &writer, &mut day, first)
         });
         let counts = joined(write).await?;
         drop(abandoned); // After the write: it has nothing to stop then.

@@ -65,10 +65,15 @@ pub(crate) struct Writer<'a> {
 ///
 /// Any error, the guard's refusal included, drops the transaction
 /// uncommitted: rusqlite rolls it back, and nothing of the day is written.
+///
+/// `first` is the day's first page, [`Page::next`] read before the
+/// connection was locked (for a batch, the whole day): its checks and typed
+/// columns cost no time under the write lock.
 pub(crate) fn apply_day(
     conn: &mut Connection,
     w: &Writer<'_>,
     day: &mut DayWrite,
+    first: Option<Page>,
 ) -> Result<Counts> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -87,12 +92,13 @@ pub(crate) fn apply_day(
     }
     // 2.
     let mut counts = Counts::default();
-    while let Some(page) = next_page(w, day)? {
-        check_value_sizes(&page, w.max_value_bytes)?;
-        merge_page(&tx, w, &watermarks, &page, &mut counts)?;
+    let mut page = first;
+    while let Some(this) = page {
+        merge_page(&tx, w, &watermarks, &this, &mut counts)?;
         if listing.is_some() {
-            stage_keys(&tx, w, &page)?;
+            stage_keys(&tx, w, &this.records)?;
         }
+        page = Page::next(w, day)?;
     }
     // 3.
     if let Some(as_of) = listing {
@@ -110,12 +116,33 @@ pub(crate) fn apply_day(
     Ok(counts)
 }
 
-/// The day's next page, unless the caller stopped waiting.
-fn next_page(w: &Writer<'_>, day: &mut DayWrite) -> Result<Option<Vec<Record>>> {
-    if w.abandoned.load(Relaxed) {
-        return Err(abandoned());
+/// A page of the day's records, checked against the length limit, with
+/// each record's typed columns read from its value (empty rows when the
+/// store declares none).
+#[derive(Debug)]
+pub(crate) struct Page {
+    records: Vec<Record>,
+    typed: Vec<Vec<Value>>,
+}
+
+impl Page {
+    /// The day's next page, unless the caller stopped waiting: a value
+    /// past the length limit, or one that does not fit a typed column,
+    /// refuses it (and the whole day rolls back).
+    pub(crate) fn next(w: &Writer<'_>, day: &mut DayWrite) -> Result<Option<Page>> {
+        if w.abandoned.load(Relaxed) {
+            return Err(abandoned());
+        }
+        let Some(records) = day.next_page(w.page.rows, w.page.bytes)? else {
+            return Ok(None);
+        };
+        check_value_sizes(&records, w.max_value_bytes)?;
+        let typed = records
+            .iter()
+            .map(|r| Ok(w.columns.extract(r)?.into_iter().map(sql_value).collect()))
+            .collect::<Result<_>>()?;
+        Ok(Some(Page { records, typed }))
     }
-    day.next_page(w.page.rows, w.page.bytes)
 }
 
 /// The caller's future was dropped mid-write: the write rolls back.
@@ -168,28 +195,20 @@ fn merge_page(
     conn: &Connection,
     w: &Writer<'_>,
     watermarks: &HashMap<NaiveDate, Option<String>>,
-    records: &[Record],
+    page: &Page,
     counts: &mut Counts,
 ) -> Result<()> {
     let sql = w.sql;
     let mut insert = conn.prepare_cached(&sql.insert_absent).map_err(backend)?;
     let mut stored = conn.prepare_cached(&sql.get_version).map_err(backend)?;
     let mut update = conn.prepare_cached(&sql.update_older).map_err(backend)?;
-    for record in records {
+    for (record, typed) in page.records.iter().zip(&page.typed) {
         let date = format_date(record.event_date());
         let instant = format_instant(record.updated_at());
         let deleted = i64::from(record.is_deleted());
         let mark = watermarks
             .get(&record.event_date())
             .and_then(Option::as_deref);
-        // Each typed column's value, read from the record's: a value that
-        // does not fit refuses the record, and the whole day rolls back.
-        let typed: Vec<Value> = w
-            .columns
-            .extract(record)?
-            .into_iter()
-            .map(sql_value)
-            .collect();
         let own: [&dyn ToSql; 6] = [
             &record.key(),
             &date,
