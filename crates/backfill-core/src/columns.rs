@@ -39,7 +39,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 
-use chrono::{DateTime, Datelike, NaiveDate, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, SubsecRound, Timelike, Utc};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
@@ -73,7 +73,8 @@ pub enum ColumnType {
     /// A JSON string `YYYY-MM-DD`, a real date, years 1 to 9999.
     Date,
     /// A JSON string, an RFC 3339 instant with its offset (`Z` or
-    /// `±hh:mm`), kept in UTC; years 1 to 9999.
+    /// `±hh:mm`), kept in UTC to the microsecond; years 1 to 9999 (in
+    /// UTC), no leap second.
     Timestamp,
     /// Any JSON value, kept as its JSON text (Postgres `jsonb`).
     Json,
@@ -425,7 +426,7 @@ pub enum ColumnValue {
     Boolean(bool),
     /// A [`ColumnType::Date`] value.
     Date(NaiveDate),
-    /// A [`ColumnType::Timestamp`] value, in UTC.
+    /// A [`ColumnType::Timestamp`] value, in UTC, to the microsecond.
     Timestamp(DateTime<Utc>),
     /// A [`ColumnType::Json`] value: its JSON text, as the value writes it.
     Json(String),
@@ -771,10 +772,13 @@ fn parse_date(s: &str) -> Option<NaiveDate> {
         .then_some(d)
 }
 
-/// An RFC 3339 instant with its offset, in years 1 to 9999, as UTC.
+/// An RFC 3339 instant with its offset, in years 1 to 9999, no leap
+/// second, as UTC truncated to whole microseconds (what both stores keep,
+/// as for a record's `updated_at`).
 fn parse_instant(s: &str) -> Option<DateTime<Utc>> {
     let t = DateTime::parse_from_rfc3339(s).ok()?.with_timezone(&Utc);
-    (MIN_YEAR..=MAX_YEAR).contains(&t.year()).then_some(t)
+    ((MIN_YEAR..=MAX_YEAR).contains(&t.year()) && t.nanosecond() < 1_000_000_000)
+        .then(|| t.trunc_subsecs(6))
 }
 
 /// At most 200 bytes of an offending text, cut at a character boundary.
@@ -1021,7 +1025,23 @@ mod tests {
             one("t:timestamptz", r#"{"t": "2026-01-05T10:00:00.5+02:00"}"#).unwrap(),
             ColumnValue::Timestamp("2026-01-05T08:00:00.5Z".parse().unwrap())
         );
-        for bad in ["2026-01-05T10:00:00", "2026-01-05", "yesterday"] {
+        // Kept to the microsecond, as both stores keep it.
+        assert_eq!(
+            one(
+                "t:timestamptz",
+                r#"{"t": "2026-01-05T10:00:00.123456789Z"}"#
+            )
+            .unwrap(),
+            ColumnValue::Timestamp("2026-01-05T10:00:00.123456Z".parse().unwrap())
+        );
+        for bad in [
+            "2026-01-05T10:00:00",
+            "2026-01-05",
+            "yesterday",
+            "2016-12-31T23:59:60Z",
+            "0000-12-31T23:00:00Z",
+            "9999-12-31T23:00:00-02:00",
+        ] {
             assert_eq!(
                 problem("t:timestamptz", &format!(r#"{{"t": "{bad}"}}"#)).0,
                 ColumnProblem::NotAnInstant,

@@ -18,6 +18,11 @@
 //! - `property.rs`: generated scenarios that shrink to a readable failure
 //!   ([`any_order_converges`], [`concurrency_matches_sequential`]).
 //!
+//! The typed-column cases are in [`columns`], run by
+//! [`column_conformance_tests!`](crate::column_conformance_tests) through a
+//! [`TypedStore`](columns::TypedStore): a store that keeps no typed
+//! columns lists them as skipped.
+//!
 //! Tests of a store beyond the suite build their days, instants, records
 //! and listings with [`fixtures`], the calendar the suite itself uses.
 //!
@@ -33,6 +38,7 @@
 //!
 //! [`Store::apply`]: crate::Store::apply
 
+pub mod columns;
 mod deletes;
 pub mod fixtures;
 mod helpers;
@@ -197,6 +203,92 @@ macro_rules! conformance_tests {
 /// runs, in its order.
 pub const CASES: &[&str] = crate::conformance_tests!(@list names);
 
+/// Expands to one test per [typed-column case](columns), inside a module
+/// named `column_conformance` (so `cargo test conformance` runs them with
+/// the rest of the suite), each in a runtime of its own as
+/// [`conformance_tests!`](crate::conformance_tests) builds it. Three forms:
+///
+/// ```text
+/// // A future of a `TypedStore` (a fresh table of its own per test).
+/// backfill_core::column_conformance_tests!(async { MyHarness::new().await });
+///
+/// // A future of `Option<TypedStore>`, for a store that needs a service:
+/// // `None` ends each test early (print why; fail instead in CI).
+/// backfill_core::column_conformance_tests!(optional: my_harness());
+///
+/// // A store that keeps no typed columns: each case is listed as
+/// // ignored, with the reason (`cargo test` shows it).
+/// backfill_core::column_conformance_tests!(unsupported: "MyStore keeps no typed columns");
+/// ```
+#[macro_export]
+macro_rules! column_conformance_tests {
+    (@list $form:tt) => {
+        $crate::column_conformance_tests! { @cases $form;
+            columns_hold_each_records_fields,
+            a_record_that_does_not_fit_writes_nothing_of_its_day,
+            the_records_counts_and_digests_are_unchanged_by_columns,
+            a_column_declared_later_is_filled_from_the_rows,
+            a_declaration_that_differs_is_refused_naming_the_column,
+            a_streamed_day_keeps_the_columns,
+        }
+    };
+    (@cases names; $($case:ident),* $(,)?) => {
+        &[$(stringify!($case)),*]
+    };
+    (@cases (unsupported $why:literal); $($case:ident),* $(,)?) => {
+        mod column_conformance {
+            $(
+                #[test]
+                #[ignore = $why]
+                fn $case() {
+                    eprintln!("skipped: {}", $why);
+                }
+            )*
+        }
+    };
+    (@cases ($form:ident $make:expr); $($case:ident),* $(,)?) => {
+        mod column_conformance {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[test]
+                fn $case() {
+                    $crate::__private::tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(2)
+                        .enable_all()
+                        .build()
+                        .expect("building the test's runtime")
+                        .block_on(async {
+                            $crate::column_conformance_tests!(@run $form $make, $case);
+                        });
+                }
+            )*
+        }
+    };
+    (@run required $make:expr, $case:ident) => {
+        let harness = $make.await;
+        $crate::conformance::columns::$case(&harness).await;
+    };
+    (@run optional $make:expr, $case:ident) => {
+        if let Some(harness) = $make.await {
+            $crate::conformance::columns::$case(&harness).await;
+        }
+    };
+    (unsupported: $why:literal) => {
+        $crate::column_conformance_tests!(@list (unsupported $why));
+    };
+    (optional: $make:expr) => {
+        $crate::column_conformance_tests!(@list (optional $make));
+    };
+    ($make:expr) => {
+        $crate::column_conformance_tests!(@list (required $make));
+    };
+}
+
+/// The name of every typed-column case
+/// [`column_conformance_tests!`](crate::column_conformance_tests) runs.
+pub const COLUMN_CASES: &[&str] = crate::column_conformance_tests!(@list names);
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -233,6 +325,26 @@ mod tests {
             "listed cases that do not exist"
         );
     }
+
+    /// The same of the typed-column cases.
+    #[test]
+    fn every_column_case_is_listed_once() {
+        let written: BTreeSet<&str> = include_str!("columns.rs")
+            .lines()
+            .filter_map(|line| line.strip_prefix("pub async fn "))
+            .map(|rest| rest.split(['(', '<']).next().unwrap())
+            .collect();
+        let listed: BTreeSet<&str> = super::COLUMN_CASES.iter().copied().collect();
+        assert_eq!(
+            listed.len(),
+            super::COLUMN_CASES.len(),
+            "a case is listed twice"
+        );
+        assert_eq!(
+            listed, written,
+            "column_conformance_tests! lists every case"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -240,4 +352,7 @@ mod memory_store {
     use crate::MemoryStore;
 
     crate::conformance_tests!(async { MemoryStore::new() });
+
+    // The reference store keeps records only.
+    crate::column_conformance_tests!(unsupported: "MemoryStore keeps no typed columns");
 }
