@@ -133,6 +133,14 @@ fn invalid_column(e: Error) -> crate::columns::ColumnError {
     }
 }
 
+/// The error opening with `columns`, which must be refused.
+async fn refused<H: TypedStore>(h: &H, columns: &Columns, why: &str) -> Error {
+    match h.open(columns).await {
+        Ok(_) => panic!("{why}: opened"),
+        Err(e) => e,
+    }
+}
+
 async fn open<H: TypedStore>(h: &H, columns: &Columns) -> H::Store {
     h.open(columns)
         .await
@@ -349,12 +357,7 @@ pub async fn a_column_declared_later_is_filled_from_the_rows<H: TypedStore>(h: &
     drop(store);
     // A column `up/01` (sparse: no `placed`) does not fit.
     let unfit = declared(&["status:text", "placed_at:timestamptz=placed.at"]);
-    let err = invalid_column(
-        h.open(&unfit)
-            .await
-            .err()
-            .expect("an unfit column is refused"),
-    );
+    let err = invalid_column(refused(h, &unfit, "an unfit column").await);
     assert_eq!(
         (err.key.as_str(), err.column.as_str()),
         ("up/01", "placed_at")
@@ -398,11 +401,7 @@ pub async fn a_declaration_that_differs_is_refused_naming_the_column<H: TypedSto
             "status",
         ),
     ] {
-        let err = h
-            .open(&other)
-            .await
-            .err()
-            .expect("a differing declaration is refused");
+        let err = refused(h, &other, "a differing declaration").await;
         assert!(err.to_string().contains(column), "{column}: {err}");
     }
     drop(open(h, &declared(&["status:text", "total_cents:integer"])).await);

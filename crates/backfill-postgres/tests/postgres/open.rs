@@ -3,6 +3,7 @@
 //! open an existing table, and the `event_date` index can never be lost to
 //! a name collision.
 
+use backfill_core::columns::Column;
 use backfill_core::conformance::fixtures::{at, day, jan, kv, rec, tomb};
 use backfill_core::{upsert, Error, Store, WriteOptions};
 use backfill_postgres::tokio_postgres::{error::SqlState, Client, Config};
@@ -436,6 +437,88 @@ async fn a_least_privilege_role_opens_an_existing_table() {
         result.expect("a role with DML rights only must open an existing table"),
         [kv("a", "1")]
     );
+}
+
+/// The same role on a table with typed columns (one indexed): it opens it
+/// with the table's declaration and writes the columns; a declaration that
+/// would add a column, which takes DDL, is refused and changes nothing.
+#[tokio::test]
+async fn a_least_privilege_role_writes_an_existing_tables_typed_columns() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let declared = || {
+        vec![
+            Column::parse("status:text").unwrap().indexed(true),
+            Column::parse("total_cents:integer").unwrap(),
+        ]
+    };
+    let schema = testkit::unique_schema();
+    let owner = PostgresStore::builder()
+        .schema(&schema)
+        .columns(declared())
+        .connect(&url)
+        .await
+        .unwrap();
+    let admin = crate::admin(&url).await;
+    let role = role_name("typed_");
+    create_role(&admin, &role).await;
+    let table = owner.table();
+    admin
+        .batch_execute(&format!(
+            "GRANT USAGE ON SCHEMA {schema} TO {role}; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{table} TO {role}; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.backfill_tables, {schema}.backfill_days TO {role};"
+        ))
+        .await
+        .unwrap();
+    let open_as = |columns: Vec<Column>| {
+        PostgresStore::builder()
+            .schema(&schema)
+            .columns(columns)
+            .connect_with(config_as(&url, &role))
+    };
+    let written = async {
+        let store = open_as(declared()).await?;
+        let value = r#"{"status": "paid", "total_cents": 1250}"#;
+        upsert(
+            &store,
+            day(0),
+            vec![rec("o1", day(0), value, at(1))],
+            WriteOptions::default(),
+        )
+        .await
+    }
+    .await;
+    let mut more = declared();
+    more.push(Column::parse("paid:boolean?").unwrap());
+    let widened = open_as(more).await.map(|_| ());
+    drop_role(&admin, &role).await;
+    let counts = written.expect("a role with DML rights only writes the typed columns");
+    assert_eq!(counts.inserted, 1);
+    let row = admin
+        .query_one(
+            &format!("SELECT status, total_cents FROM {schema}.{table}"),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, i64>(1)),
+        ("paid".to_owned(), 1250)
+    );
+    let err = widened.expect_err("adding a column takes DDL rights");
+    assert!(err.to_string().contains("paid"), "{err}");
+    let columns: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM information_schema.columns \
+             WHERE table_schema = $1 AND table_name = $2 AND column_name = 'paid'",
+            &[&schema, &table],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(columns, 0, "nothing was added");
 }
 
 /// A role whose transactions are read-only (as on a replica) opens an
