@@ -32,6 +32,7 @@ pub struct PostgresStoreBuilder {
     create_if_missing: bool,
     connect_timeout: Option<Duration>,
     columns: Vec<Column>,
+    column_changes: bool,
     #[cfg(feature = "tls")]
     tls: Option<Tls>,
 }
@@ -47,6 +48,7 @@ impl Default for PostgresStoreBuilder {
             create_if_missing: true,
             connect_timeout: None,
             columns: Vec::new(),
+            column_changes: false,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -76,6 +78,21 @@ impl PostgresStoreBuilder {
     /// Every column of `columns`, as [`PostgresStoreBuilder::column`] each.
     pub fn columns(mut self, columns: impl IntoIterator<Item = Column>) -> Self {
         self.columns.extend(columns);
+        self
+    }
+
+    /// Whether opening may drop and remake typed columns (default
+    /// `false`). With it, a column of the table beyond the store's own
+    /// that the declaration lacks is dropped (its indexes with it), and a
+    /// typed column declared with another type is dropped and added again,
+    /// filled from the rows — in opening's one transaction, so a row that
+    /// does not fit its new type refuses the open and leaves the table as
+    /// it was. Without it, such a table is refused, naming the column. A
+    /// dropped column's data is lost from the table only: it is still in
+    /// each row's value, and declaring the column again fills it. Takes
+    /// DDL rights on the table, as adding a column does.
+    pub fn allow_column_changes(mut self, allow: bool) -> Self {
+        self.column_changes = allow;
         self
     }
 
@@ -254,7 +271,15 @@ impl PostgresStoreBuilder {
             e => open_error(e),
         })?;
         let tx = client.transaction().await.map_err(open_error)?;
-        migrate::prepare(&tx, schema, name, &columns, self.create_if_missing).await?;
+        migrate::prepare(
+            &tx,
+            schema,
+            name,
+            &columns,
+            self.create_if_missing,
+            self.column_changes,
+        )
+        .await?;
         tx.commit().await.map_err(open_error)?;
         drop(client);
         Ok(PostgresStore {

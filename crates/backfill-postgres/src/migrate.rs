@@ -12,7 +12,7 @@
 
 use std::fmt;
 
-use backfill_core::columns::Columns;
+use backfill_core::columns::{Columns, RESERVED_NAMES};
 use backfill_core::{Record, Result};
 use chrono::{DateTime, NaiveDate, Utc};
 use deadpool_postgres::Transaction;
@@ -39,6 +39,7 @@ pub(crate) async fn prepare(
     name: &str,
     typed: &Columns,
     create: bool,
+    changes: bool,
 ) -> Result<()> {
     tx.batch_execute(sql::DEPARSE_SETTINGS)
         .await
@@ -48,12 +49,20 @@ pub(crate) async fn prepare(
         .map_err(open_error)?;
     // Tables of another shape, or of a newer release, are refused
     // before anything is created or upgraded beside them.
-    check(schema, name, &found, typed)?;
-    let adding = absent(&found, typed)?;
-    if found.complete() && adding.is_empty() {
+    let mut dropping = changing(&found, typed, changes)?;
+    check(schema, name, &found, typed, &dropping)?;
+    let adding = absent(&found, typed, &dropping)?;
+    if found.complete() && adding.is_empty() && dropping.is_empty() {
         return Ok(());
     }
     if !create {
+        if let Some(column) = dropping.first() {
+            return Err(open_error(format!(
+                "table {} has the typed column \"{column}\" as the declaration does not, and \
+                 this store may not change it (create_if_missing(false))",
+                sql::qualified(schema, name),
+            )));
+        }
         if let (true, Some(column)) = (found.complete(), adding.iter().next()) {
             return Err(open_error(format!(
                 "table {} lacks the typed column \"{}\", and this store may not add it \
@@ -74,9 +83,13 @@ pub(crate) async fn prepare(
     found = schema::inspect(&**tx, schema, name)
         .await
         .map_err(open_error)?;
-    check(schema, name, &found, typed)?;
+    dropping = changing(&found, typed, changes)?;
+    check(schema, name, &found, typed, &dropping)?;
     create_or_upgrade(tx, schema, name, &found, typed).await?;
-    let adding = absent(&found, typed)?;
+    if !dropping.is_empty() {
+        drop_columns(tx, schema, name, &dropping).await?;
+    }
+    let adding = absent(&found, typed, &dropping)?;
     if !adding.is_empty() {
         add_columns(tx, schema, name, &adding).await?;
     }
@@ -85,16 +98,75 @@ pub(crate) async fn prepare(
     found = schema::inspect(&**tx, schema, name)
         .await
         .map_err(open_error)?;
-    check(schema, name, &found, typed)?;
+    check(schema, name, &found, typed, &[])?;
     if !found.complete() {
         return Err(open_error(missing(schema, name, &found)));
     }
     Ok(())
 }
 
+/// With `changes` (the builder's `allow_column_changes`), the columns of
+/// an existing table of the current shape that differ from the
+/// declaration — typed columns it lacks or declares otherwise — to be
+/// dropped (and the declared ones added again). None when any difference
+/// is not in such a column: that table is refused as it is.
+fn changing(found: &Found, typed: &Columns, changes: bool) -> Result<Vec<String>> {
+    let Some(table) = found
+        .table
+        .as_ref()
+        .filter(|_| changes && found.table_shape() == Shape::Records)
+    else {
+        return Ok(Vec::new());
+    };
+    let present = Columns::new(typed.iter().filter(|c| table.has_column(c.name())).cloned())?;
+    let differences = schema::differences(table, Shape::Records, &present);
+    let typed_column = |c: &str| !RESERVED_NAMES.contains(&c) && table.has_column(c);
+    if !differences
+        .iter()
+        .all(|d| d.column().is_some_and(typed_column))
+    {
+        return Ok(Vec::new());
+    }
+    let mut names: Vec<String> = Vec::new();
+    for column in differences.iter().filter_map(|d| d.column()) {
+        if !names.iter().any(|n| n == column) {
+            names.push(column.to_owned());
+        }
+    }
+    Ok(names)
+}
+
+/// Drops the columns `names` of the existing table, with their indexes,
+/// in the open's transaction.
+async fn drop_columns(
+    tx: &Transaction<'_>,
+    schema: &str,
+    name: &str,
+    names: &[String],
+) -> Result<()> {
+    let t = sql::qualified(schema, name);
+    let drops: Vec<String> = names
+        .iter()
+        .map(|c| format!("DROP COLUMN \"{}\"", c.replace('"', "\"\"")))
+        .collect();
+    tx.batch_execute(&format!("ALTER TABLE {t} {}", drops.join(", ")))
+        .await
+        .map_err(|e| {
+            let why = e
+                .as_db_error()
+                .map_or_else(|| e.to_string(), |d| d.message().to_owned());
+            open_error(format!(
+                "dropping the typed column(s) {} of table {t} failed: {why}; open it once with \
+                 a role that may run DDL on it (its owner) on a writable server",
+                names.join(", ")
+            ))
+        })
+}
+
 /// The declared typed columns an existing table of the current shape
-/// lacks (none for a table to be created, which gets them all).
-fn absent(found: &Found, typed: &Columns) -> Result<Columns> {
+/// lacks, or has otherwise (`dropping`, to be added again): none for a
+/// table to be created, which gets them all.
+fn absent(found: &Found, typed: &Columns, dropping: &[String]) -> Result<Columns> {
     let Some(table) = found
         .table
         .as_ref()
@@ -105,7 +177,7 @@ fn absent(found: &Found, typed: &Columns) -> Result<Columns> {
     Columns::new(
         typed
             .iter()
-            .filter(|c| !table.has_column(c.name()))
+            .filter(|c| !table.has_column(c.name()) || dropping.iter().any(|d| d == c.name()))
             .cloned(),
     )
 }
@@ -206,7 +278,16 @@ async fn add_columns(
 /// Refuses what may not be opened, created beside or upgraded: a schema
 /// version newer than this release's, and any table of another shape than
 /// the one its version has.
-fn check(schema: &str, name: &str, found: &Found, typed: &Columns) -> Result<()> {
+///
+/// The records table is not checked when `dropping` (see [`changing`]):
+/// every way it differs is in columns about to be dropped.
+fn check(
+    schema: &str,
+    name: &str,
+    found: &Found,
+    typed: &Columns,
+    dropping: &[String],
+) -> Result<()> {
     let newer = |version: i32, what: String| {
         open_error(format!(
             "{what} is at schema version {version}, newer than this release of \
@@ -235,6 +316,9 @@ fn check(schema: &str, name: &str, found: &Found, typed: &Columns) -> Result<()>
         (sql::DAYS_TABLE, &found.days, found.days_shape(), &none),
         (name, &found.table, found.table_shape(), &present),
     ] {
+        if relation == name && !dropping.is_empty() {
+            continue;
+        }
         if let Some(table) = table {
             schema::verify(schema, relation, table, shape, typed).map_err(open_error)?;
         }

@@ -376,7 +376,7 @@ fn normalize(definition: &str) -> String {
 /// Every way `table` differs from `shape` (empty when it is the same). The
 /// `event_date` index is not compared here: a missing one is created, or
 /// reported, by the caller.
-fn differences(table: &Table, shape: Shape, typed: &Columns) -> Vec<Difference> {
+pub(crate) fn differences(table: &Table, shape: Shape, typed: &Columns) -> Vec<Difference> {
     let expected = shape.expected();
     // The store's typed columns, after its own, in the current shape only.
     let own: Vec<(&str, &str)> = match shape {

@@ -24,6 +24,7 @@ pub struct SqliteStoreBuilder {
     length_limit: Option<u32>,
     pages: PageSize,
     columns: Vec<Column>,
+    column_changes: bool,
 }
 
 /// How much of a streamed day the store writes at a time: at most `rows`
@@ -78,6 +79,7 @@ impl SqliteStoreBuilder {
             length_limit: None,
             pages: PageSize::default(),
             columns: Vec::new(),
+            column_changes: false,
         }
     }
 
@@ -94,6 +96,20 @@ impl SqliteStoreBuilder {
     /// Every column of `columns`, as [`SqliteStoreBuilder::column`] each.
     pub fn columns(mut self, columns: impl IntoIterator<Item = Column>) -> Self {
         self.columns.extend(columns);
+        self
+    }
+
+    /// Whether opening may drop and remake typed columns (default
+    /// `false`). With it, a column of the table beyond the store's own
+    /// that the declaration lacks is dropped, with its index, and a typed
+    /// column declared with another type is dropped and added again,
+    /// filled from the rows — in opening's one transaction, so a row that
+    /// does not fit its new type refuses the open and leaves the table as
+    /// it was. Without it, such a table is refused, naming the column. A
+    /// dropped column's data is lost from the table only: it is still in
+    /// each row's value, and declaring the column again fills it.
+    pub fn allow_column_changes(mut self, allow: bool) -> Self {
+        self.column_changes = allow;
         self
     }
 
@@ -244,7 +260,7 @@ impl SqliteStoreBuilder {
 
         // Create or upgrade only what is missing: a read-only database, or
         // one where everything is in place, runs no DDL and writes nothing.
-        migrate::prepare(&conn, &self.table, typed, read_only)?;
+        migrate::prepare(&conn, &self.table, typed, read_only, self.column_changes)?;
         let changes_at_open = conn.total_changes();
         Ok(Opened {
             conn,

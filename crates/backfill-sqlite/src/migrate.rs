@@ -30,7 +30,7 @@
 //! still lacking them is given them whenever this release opens the file
 //! writable, whatever the records table's version.
 
-use backfill_core::columns::{Column, Columns};
+use backfill_core::columns::{Column, Columns, RESERVED_NAMES};
 use backfill_core::Result;
 use rusqlite::{Connection, OptionalExtension};
 
@@ -61,22 +61,32 @@ enum Access {
 /// version this release does not know, a records table missing from a
 /// read-only database or one that needs an upgrade there, or SQLite's own
 /// error.
+///
+/// With `changes` (the builder's `allow_column_changes`), typed columns of
+/// the table that the declaration lacks, or declares otherwise, are
+/// dropped (and the latter added again, filled from the rows) instead of
+/// refused.
 pub(crate) fn prepare(
     conn: &Connection,
     table: &str,
     typed: &Columns,
     read_only: bool,
+    changes: bool,
 ) -> Result<()> {
+    let typed = Declared {
+        columns: typed,
+        changes,
+    };
     if read_only {
-        bring_up(conn, table, typed, Access::ReadOnly)?;
+        bring_up(conn, table, &typed, Access::ReadOnly)?;
         return Ok(());
     }
-    if bring_up(conn, table, typed, Access::Look)? {
+    if bring_up(conn, table, &typed, Access::Look)? {
         return Ok(());
     }
     conn.execute_batch("BEGIN IMMEDIATE").map_err(open_error)?;
     // Looked at again under the lock: another process may have done it.
-    let done = bring_up(conn, table, typed, Access::Write)
+    let done = bring_up(conn, table, &typed, Access::Write)
         .and_then(|_| conn.execute_batch("COMMIT").map_err(open_error));
     if done.is_err() && !conn.is_autocommit() {
         // The error is the one worth reporting; a failed rollback leaves
@@ -86,6 +96,13 @@ pub(crate) fn prepare(
     done
 }
 
+/// The declared typed columns, and whether opening may drop and remake
+/// the table's typed columns that differ.
+struct Declared<'a> {
+    columns: &'a Columns,
+    changes: bool,
+}
+
 /// Checks every table and, with [`Access::Write`], creates or upgrades
 /// what is missing. Returns whether all was in place (always `true` unless
 /// [`Access::Look`] found something to do).
@@ -93,7 +110,13 @@ pub(crate) fn prepare(
 /// Long on purpose: the steps from "nothing there" to the current version
 /// read in the order they run, each with the check that guards it, and
 /// splitting them would scatter that order over several functions.
-fn bring_up(conn: &Connection, table: &str, typed: &Columns, access: Access) -> Result<bool> {
+fn bring_up(
+    conn: &Connection,
+    table: &str,
+    declared: &Declared<'_>,
+    access: Access,
+) -> Result<bool> {
+    let typed = declared.columns;
     let records = sql::records_table(table, SCHEMA_VERSION, typed);
     let metadata = [sql::tables_table(), sql::days_table(SCHEMA_VERSION)];
     // The metadata tables: checked where they exist, whatever comes next;
@@ -157,7 +180,7 @@ fn bring_up(conn: &Connection, table: &str, typed: &Columns, access: Access) -> 
     }
     // Declared typed columns the table lacks are added and filled from its
     // rows (below); the table is checked with those it has.
-    let (present, adding): (Vec<Column>, Vec<Column>) = match version {
+    let (mut present, mut adding): (Vec<Column>, Vec<Column>) = match version {
         Some(v) if v >= 2 => {
             let mut present = Vec::new();
             let mut adding = Vec::new();
@@ -172,17 +195,39 @@ fn bring_up(conn: &Connection, table: &str, typed: &Columns, access: Access) -> 
         }
         _ => (Vec::new(), Vec::new()),
     };
+    // Typed columns to drop: with `changes`, those the table has and the
+    // declaration lacks or declares otherwise (the latter added again).
+    let mut dropping: Vec<String> = Vec::new();
     if let Some(v) = version {
+        let def = sql::records_table(table, v, &Columns::new(present.clone())?);
+        let found = schema::differences(conn, &def).map_err(open_error)?;
+        let typed_only = |c: Option<&str>| c.is_some_and(|c| !RESERVED_NAMES.contains(&c));
+        if declared.changes && v >= 2 && found.iter().all(|d| typed_only(d.column())) {
+            for d in &found {
+                let column = d.column().expect("a typed column");
+                if !dropping.iter().any(|c| c == column) {
+                    dropping.push(column.to_owned());
+                }
+            }
+            let (keep, remake) = present
+                .into_iter()
+                .partition(|c| !dropping.iter().any(|d| d == c.name()));
+            present = keep;
+            adding.extend(remake);
+        }
         // Checked at the version it claims, before anything is changed.
         let present = Columns::new(present)?;
-        schema::verify(conn, &sql::records_table(table, v, &present))?;
+        if dropping.is_empty() {
+            schema::verify(conn, &sql::records_table(table, v, &present))?;
+        }
     }
 
     let needs_write = version != Some(SCHEMA_VERSION)
         || registered != Some(SCHEMA_VERSION)
         || !missing_metadata.is_empty()
         || days_lack_ledger
-        || !adding.is_empty();
+        || !adding.is_empty()
+        || !dropping.is_empty();
     if needs_write {
         match access {
             Access::Look => return Ok(false),
@@ -207,6 +252,13 @@ fn bring_up(conn: &Connection, table: &str, typed: &Columns, access: Access) -> 
                          {SCHEMA_VERSION}) that table \"{table}\" needs: open it once \
                          writable, with rights to change the schema, and it is upgraded in \
                          place"
+                    )))
+                }
+                Some(_) if !dropping.is_empty() => {
+                    return Err(open_error(format!(
+                        "table \"{table}\" has the typed column {} as the declaration does \
+                         not: open it once writable to drop or remake it",
+                        dropping[0]
                     )))
                 }
                 Some(_) if !adding.is_empty() => {
@@ -245,6 +297,9 @@ fn bring_up(conn: &Connection, table: &str, typed: &Columns, access: Access) -> 
                     // beside a days table no step has given its columns.
                     add_ledger_columns(conn)?;
                     schema::verify(conn, &sql::days_table(SCHEMA_VERSION))?;
+                }
+                for column in &dropping {
+                    drop_column(conn, table, column)?;
                 }
                 if !adding.is_empty() {
                     add_columns(conn, table, &Columns::new(adding.clone())?)?;
@@ -286,6 +341,18 @@ fn bring_up(conn: &Connection, table: &str, typed: &Columns, access: Access) -> 
         }
     }
     Ok(true)
+}
+
+/// Drops the typed column `column` of the records table `table`, and the
+/// store's index on it, in the open transaction.
+fn drop_column(conn: &Connection, table: &str, column: &str) -> Result<()> {
+    // Any name a table's column may have, quoted.
+    let index = sql::column_index_name(table, column).replace('"', "\"\"");
+    let column = column.replace('"', "\"\"");
+    conn.execute_batch(&format!(
+        r#"DROP INDEX IF EXISTS "{index}"; ALTER TABLE "{table}" DROP COLUMN "{column}""#
+    ))
+    .map_err(open_error)
 }
 
 /// Adds the typed `columns` to the records table `table`, which has rows,

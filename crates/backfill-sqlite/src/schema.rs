@@ -95,7 +95,7 @@ fn in_column(column: &str, problem: impl Into<String>) -> Difference {
 /// list of checks (kind, STRICT, columns, types, NULLs, defaults, primary
 /// key, collations, unique indexes, foreign keys, CHECKs), read top to
 /// bottom like the table definition it compares with.
-fn differences(conn: &Connection, def: &TableDef) -> rusqlite::Result<Vec<Difference>> {
+pub(crate) fn differences(conn: &Connection, def: &TableDef) -> rusqlite::Result<Vec<Difference>> {
     let table = def.name.as_str();
     let mut found = Vec::new();
     let Some((kind, without_rowid, strict)) = conn

@@ -32,6 +32,12 @@ pub trait TypedStore: Send + Sync {
     /// does.
     async fn open(&self, columns: &Columns) -> Result<Self::Store>;
 
+    /// As [`open`](TypedStore::open), allowing column changes (the
+    /// builders' `allow_column_changes(true)`): typed columns the
+    /// declaration lacks are dropped, those it declares with another type
+    /// remade and filled from the rows.
+    async fn open_changing(&self, columns: &Columns) -> Result<Self::Store>;
+
     /// Every row of the table, tombstones included, in key order: its key
     /// and its value in each of `columns` (the table's, in that order), as
     /// the store keeps it.
@@ -458,4 +464,69 @@ pub async fn a_streamed_day_keeps_the_columns<H: TypedStore>(h: &H) {
     let err = invalid_column(err);
     assert_eq!((err.key.as_str(), err.column.as_str()), ("st/zz", "status"));
     assert_eq!(h.typed_rows(&columns).await, before);
+}
+
+/// Allowed column changes: a typed column the declaration lacks is
+/// dropped, one declared with another type is remade and filled from the
+/// rows; a row that does not fit the new type refuses the open naming its
+/// key and leaves the table as it was; without the permission the same
+/// declaration is refused.
+pub async fn columns_change_only_when_allowed<H: TypedStore>(h: &H) {
+    // `paid` indexed: its index goes with it.
+    let with_index = |columns: Columns| {
+        Columns::new(columns.iter().map(|c| {
+            let indexed = c.name() == "paid";
+            c.clone().indexed(indexed)
+        }))
+        .expect("a valid declaration")
+    };
+    let before = with_index(declared(&[
+        "status:text",
+        "total_cents:integer",
+        "paid:boolean?",
+        "note:text?",
+    ]));
+    let store = open(h, &before).await;
+    let rows: Vec<Record> = (0..12)
+        .map(|i| match i % 3 {
+            0 => order(&format!("ch/{i:02}"), 7, i, 10),
+            1 => sparse(&format!("ch/{i:02}"), 7, i, 10),
+            _ => tomb(&format!("ch/{i:02}"), day(7), at(10)),
+        })
+        .collect();
+    upsert(&store, day(7), rows.clone(), WriteOptions::default())
+        .await
+        .expect("the rows");
+    drop(store);
+    // `paid` dropped, `total_cents` remade as a double, `note` kept.
+    let after = declared(&["status:text", "total_cents:double", "note:text?"]);
+    let err = refused(h, &after, "a change without the permission").await;
+    assert!(err.to_string().contains("total_cents"), "{err}");
+    // A remade column a row does not fit: refused, naming the row.
+    let unfit = with_index(declared(&[
+        "status:integer",
+        "total_cents:integer",
+        "paid:boolean?",
+        "note:text?",
+    ]));
+    let err = match h.open_changing(&unfit).await {
+        Ok(_) => panic!("a remade column a row does not fit: opened"),
+        Err(e) => invalid_column(e),
+    };
+    assert_eq!((err.key.as_str(), err.column.as_str()), ("ch/00", "status"));
+    let store = open(h, &before).await;
+    assert_columns_match(h, &store, &before).await;
+    drop(store);
+    let store = h
+        .open_changing(&after)
+        .await
+        .unwrap_or_else(|e| panic!("an allowed change: {e}"));
+    assert_eq!(assert_columns_match(h, &store, &after).await, 12);
+    let again = upsert(&store, day(7), rows, WriteOptions::default())
+        .await
+        .expect("the re-run");
+    assert_eq!(again.unchanged, 12, "{again:?}");
+    drop(store);
+    // Now the table's declaration: it opens without the permission.
+    drop(open(h, &after).await);
 }

@@ -230,6 +230,7 @@ macro_rules! column_conformance_tests {
             a_column_declared_later_is_filled_from_the_rows,
             a_declaration_that_differs_is_refused_naming_the_column,
             a_streamed_day_keeps_the_columns,
+            columns_change_only_when_allowed,
         }
     };
     (@cases names; $($case:ident),* $(,)?) => {

@@ -81,6 +81,15 @@ mod typed_columns {
                 .await
         }
 
+        async fn open_changing(&self, columns: &Columns) -> Result<PostgresStore> {
+            PostgresStore::builder()
+                .schema(&self.schema)
+                .columns(columns.iter().cloned())
+                .allow_column_changes(true)
+                .connect(&self.url)
+                .await
+        }
+
         async fn typed_rows(&self, columns: &Columns) -> Vec<(String, Vec<ColumnValue>)> {
             let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
                 .await

@@ -92,6 +92,14 @@ mod typed_columns {
                 .await
         }
 
+        async fn open_changing(&self, columns: &Columns) -> Result<SqliteStore> {
+            SqliteStore::builder(&self.path)
+                .columns(columns.iter().cloned())
+                .allow_column_changes(true)
+                .open()
+                .await
+        }
+
         async fn typed_rows(&self, columns: &Columns) -> Vec<(String, Vec<ColumnValue>)> {
             let conn = rusqlite::Connection::open(&self.path).unwrap();
             let names: Vec<String> = columns
