@@ -112,6 +112,12 @@ pub(crate) struct StoreArgs {
     /// "path", "nullable", "index"}.
     #[arg(long = "columns", value_name = "FILE", env = "BACKFILL_COLUMNS")]
     pub(crate) columns_file: Option<PathBuf>,
+    /// Let opening drop the table's typed columns that the declaration
+    /// lacks, and remake (filled from the rows) those it declares with
+    /// another type, instead of refusing the table. One transaction: a row
+    /// that does not fit its new type changes nothing.
+    #[arg(long)]
+    pub(crate) allow_column_changes: bool,
 }
 
 impl StoreArgs {

@@ -132,7 +132,8 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
             }
             let mut builder = SqliteStore::builder(&path)
                 .table(args.table.as_str())
-                .columns(columns);
+                .columns(columns)
+                .allow_column_changes(args.allow_column_changes && access != Access::Read);
             // SQLite's own word for this is "unable to open database file".
             let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
             if let Some(dir) = parent.filter(|dir| !dir.is_dir()) {
@@ -159,7 +160,8 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
             let mut builder = PostgresStore::builder()
                 .schema(args.schema.as_str())
                 .table(args.table.as_str())
-                .columns(columns);
+                .columns(columns)
+                .allow_column_changes(args.allow_column_changes && access != Access::Read);
             match access {
                 Access::Write { connections } => builder = builder.pool_size(connections.max(2)),
                 Access::Read => builder = builder.create_if_missing(false),

@@ -1689,6 +1689,48 @@ async fn typed_columns_are_kept_and_bad_data_fails_its_day() {
     ]));
     assert_ne!(code(&bad), 0);
     assert!(text(&bad.stderr).contains("key"), "{}", show(&bad));
+    // Another declaration (`customer` gone, `total_cents` a double) is
+    // refused, naming the column, unless changes are allowed.
+    let changed = |allow: bool| {
+        let mut command = backfill(dir.path());
+        range(&mut command, 1, 1).args([
+            "--fetch-files",
+            "{day}.jsonl",
+            "--column",
+            "status:text",
+            "--column",
+            "total_cents:double",
+        ]);
+        if allow {
+            command.arg("--allow-column-changes");
+        }
+        run(&mut command)
+    };
+    let refused = changed(false);
+    assert_ne!(code(&refused), 0, "{}", show(&refused));
+    assert!(
+        text(&refused.stderr).contains("total_cents"),
+        "{}",
+        show(&refused)
+    );
+    let allowed = changed(true);
+    assert_eq!(code(&allowed), 0, "{}", show(&allowed));
+    let rows: Vec<(String, f64)> = conn
+        .prepare("SELECT typeof(total_cents), total_cents FROM backfill_records ORDER BY key")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows, [("real".into(), 100.0), ("real".into(), 300.0)]);
+    let customer: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM pragma_table_info('backfill_records') WHERE name = 'customer'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(customer, 0, "the undeclared column is dropped");
     // Postgres keeps the same columns, in its own types.
     let Some(url) = backfill_testkit::url().await else {
         return;

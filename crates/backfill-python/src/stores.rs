@@ -53,17 +53,21 @@ pub(crate) struct PySqliteStore {
 
 #[pymethods]
 impl PySqliteStore {
-    /// `SqliteStore(path, table="backfill_records", columns=[])`;
-    /// `":memory:"` for a database of its own in memory. `columns` declares
-    /// typed columns as the command line's `--column` does
-    /// (`"total_cents:integer"`, `"customer:text?=customer.id"`).
+    /// `SqliteStore(path, table="backfill_records", columns=[],
+    /// allow_column_changes=False)`; `":memory:"` for a database of its own
+    /// in memory. `columns` declares typed columns as the command line's
+    /// `--column` does (`"total_cents:integer"`,
+    /// `"customer:text?=customer.id"`); `allow_column_changes` lets opening
+    /// drop the table's typed columns the declaration lacks and remake
+    /// those it declares with another type, instead of refusing the table.
     #[new]
-    #[pyo3(signature = (path, table=None, columns=None))]
+    #[pyo3(signature = (path, table=None, columns=None, allow_column_changes=false))]
     fn new(
         py: Python<'_>,
         path: std::path::PathBuf,
         table: Option<String>,
         columns: Option<Vec<String>>,
+        allow_column_changes: bool,
     ) -> PyResult<Self> {
         let columns = declared(columns)?;
         let opened = block(py, async move {
@@ -75,7 +79,11 @@ impl PySqliteStore {
             if let Some(table) = table {
                 builder = builder.table(table);
             }
-            builder.columns(columns).open().await
+            builder
+                .columns(columns)
+                .allow_column_changes(allow_column_changes)
+                .open()
+                .await
         })?;
         let store = opened.map_err(to_py)?;
         Ok(Self {
@@ -99,15 +107,17 @@ pub(crate) struct PyPostgresStore {
 #[pymethods]
 impl PyPostgresStore {
     /// `PostgresStore(url, schema="public", table="backfill_records",
-    /// columns=[])`; `columns` as `SqliteStore`'s.
+    /// columns=[], allow_column_changes=False)`; `columns` and
+    /// `allow_column_changes` as `SqliteStore`'s.
     #[new]
-    #[pyo3(signature = (url, schema=None, table=None, columns=None))]
+    #[pyo3(signature = (url, schema=None, table=None, columns=None, allow_column_changes=false))]
     fn new(
         py: Python<'_>,
         url: String,
         schema: Option<String>,
         table: Option<String>,
         columns: Option<Vec<String>>,
+        allow_column_changes: bool,
     ) -> PyResult<Self> {
         let columns = declared(columns)?;
         let opened = block(py, async move {
@@ -118,7 +128,11 @@ impl PyPostgresStore {
             if let Some(table) = table {
                 builder = builder.table(table);
             }
-            builder.columns(columns).connect(&url).await
+            builder
+                .columns(columns)
+                .allow_column_changes(allow_column_changes)
+                .connect(&url)
+                .await
         })?;
         let store = opened.map_err(to_py)?;
         Ok(Self {

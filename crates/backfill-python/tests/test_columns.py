@@ -43,6 +43,10 @@ def test_sqlite_keeps_typed_columns(tmp_path):
     # Opened without the declaration, the table is refused, naming a column.
     with pytest.raises(backfill.StoreError, match="status"):
         backfill.SqliteStore(str(path))
+    # Unless changes are allowed: the undeclared columns are dropped.
+    backfill.SqliteStore(str(path), columns=["status:text"], allow_column_changes=True)
+    names = [r[1] for r in sqlite3.connect(path).execute("PRAGMA table_info(backfill_records)")]
+    assert "status" in names and "total_cents" not in names and "customer" not in names
 
 
 def test_postgres_keeps_typed_columns():
@@ -58,6 +62,10 @@ def test_postgres_keeps_typed_columns():
     with pytest.raises(backfill.StoreError, match="total_cents"):
         backfill.PostgresStore(url, schema=schema, columns=["status:text", "total_cents:double",
                                                             "customer:text?=customer.id"])
+    # Allowed, the column is remade as a double and filled from the rows.
+    backfill.PostgresStore(url, schema=schema, allow_column_changes=True,
+                           columns=["status:text", "total_cents:double",
+                                    "customer:text?=customer.id"])
 
 
 def test_a_bad_declaration_is_a_value_error(tmp_path):

@@ -52,7 +52,11 @@ class MemoryStore:
 
 class SqliteStore:
     def __init__(
-        self, path: str, table: Optional[str] = None, columns: Optional[list[str]] = None
+        self,
+        path: str,
+        table: Optional[str] = None,
+        columns: Optional[list[str]] = None,
+        allow_column_changes: bool = False,
     ) -> None: ...
     def rows(self) -> list[Record]: ...
 
@@ -63,6 +67,7 @@ class PostgresStore:
         schema: Optional[str] = None,
         table: Optional[str] = None,
         columns: Optional[list[str]] = None,
+        allow_column_changes: bool = False,
     ) -> None: ...
     def rows(self) -> list[Record]: ...
 
