@@ -272,8 +272,10 @@
 //! [`Error::InvalidColumn`](backfill_core::Error::InvalidColumn), naming
 //! the key, the column, the path and the text, before anything of its day
 //! is sent. Opening checks the typed columns like the rest of the table: a
-//! column the declaration lacks, or of another type, is refused naming it.
-//! A declared column the table lacks is added in place, in the open's
+//! column the declaration lacks, or of another type, is refused naming it,
+//! unless [`allow_column_changes`](PostgresStoreBuilder::allow_column_changes)
+//! lets opening drop it (and add it again with the declared type). A
+//! declared column the table lacks is added in place, in the open's
 //! transaction, and filled from the table's live rows (read in key order,
 //! 10 000 at a time, each row updated once: on a large table, about the
 //! cost of rewriting it); a stored row that does not fit fails the open

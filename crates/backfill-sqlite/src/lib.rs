@@ -272,7 +272,10 @@
 //!
 //! Opening checks the typed columns like the rest of the table: a table
 //! with a column the declaration lacks, or of another type, is refused,
-//! naming the column. A declared column the table lacks is added in place
+//! naming the column, unless
+//! [`allow_column_changes`](SqliteStoreBuilder::allow_column_changes) lets
+//! opening drop it (and add it again with the declared type). A declared
+//! column the table lacks is added in place
 //! (`ADD COLUMN`, in the open's transaction) and filled from the table's
 //! live rows, read in key order 10 000 at a time, each updated once: on a
 //! large table, about the cost of rewriting it. A stored row that does not
