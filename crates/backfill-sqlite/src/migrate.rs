@@ -199,14 +199,33 @@ fn bring_up(
     // declaration lacks or declares otherwise (the latter added again).
     let mut dropping: Vec<String> = Vec::new();
     if let Some(v) = version {
-        let def = sql::records_table(table, v, &Columns::new(present.clone())?);
-        let found = schema::differences(conn, &def).map_err(open_error)?;
-        let typed_only = |c: Option<&str>| c.is_some_and(|c| !RESERVED_NAMES.contains(&c));
-        if declared.changes && v >= 2 && found.iter().all(|d| typed_only(d.column())) {
-            for d in &found {
-                let column = d.column().expect("a typed column");
-                if !dropping.iter().any(|c| c == column) {
-                    dropping.push(column.to_owned());
+        let found = if declared.changes && v >= 2 {
+            let def = sql::records_table(table, v, &Columns::new(present.clone())?);
+            schema::differences(conn, &def).map_err(open_error)?
+        } else {
+            Vec::new()
+        };
+        // Only a table whose every difference is in a column of its own
+        // beyond the store's five: any other is refused as it is.
+        let mut columns = Vec::new();
+        for d in &found {
+            match d.column() {
+                Some(c)
+                    if !RESERVED_NAMES.contains(&c)
+                        && schema::has_column(conn, table, c).map_err(open_error)? =>
+                {
+                    columns.push(c.to_owned());
+                }
+                _ => {
+                    columns.clear();
+                    break;
+                }
+            }
+        }
+        if !columns.is_empty() {
+            for column in columns {
+                if !dropping.contains(&column) {
+                    dropping.push(column);
                 }
             }
             let (keep, remake) = present
