@@ -88,6 +88,21 @@ fn sparse(key: &str, d: i64, total: i64, secs: i64) -> Record {
     rec(key, day(d), &value, at(secs))
 }
 
+/// `n` records of day `d` as of instant 10, keyed `{prefix}000`…: in
+/// turn a full order, a sparse one and a tombstone.
+fn mixed(prefix: &str, d: i64, n: i64) -> Vec<Record> {
+    (0..n)
+        .map(|i| {
+            let key = format!("{prefix}{i:03}");
+            match i % 3 {
+                0 => order(&key, d, i, 10),
+                1 => sparse(&key, d, -i, 10),
+                _ => tomb(&key, day(d), at(10)),
+            }
+        })
+        .collect()
+}
+
 /// JSON compared by meaning (a store may keep it normalized, as `jsonb`).
 fn normalized(values: Vec<ColumnValue>) -> Vec<ColumnValue> {
     values
@@ -160,13 +175,7 @@ async fn open<H: TypedStore>(h: &H, columns: &Columns) -> H::Store {
 pub async fn columns_hold_each_records_fields<H: TypedStore>(h: &H) {
     let columns = every_type();
     let store = open(h, &columns).await;
-    let first: Vec<Record> = (0..200)
-        .map(|i| match i % 3 {
-            0 => order(&format!("c/{i:03}"), 1, i, 10),
-            1 => sparse(&format!("c/{i:03}"), 1, -i, 10),
-            _ => tomb(&format!("c/{i:03}"), day(1), at(10)),
-        })
-        .collect();
+    let first: Vec<Record> = mixed("c/", 1, 200);
     upsert(&store, day(1), first, WriteOptions::default())
         .await
         .expect("the first day");
@@ -350,23 +359,17 @@ async fn synced(store: &dyn Store, d: chrono::NaiveDate) -> Option<crate::Synced
 pub async fn a_column_declared_later_is_filled_from_the_rows<H: TypedStore>(h: &H) {
     let first = declared(&["status:text"]);
     let store = open(h, &first).await;
-    let rows: Vec<Record> = (0..30)
-        .map(|i| match i % 3 {
-            0 => order(&format!("up/{i:02}"), 5, i, 10),
-            1 => sparse(&format!("up/{i:02}"), 5, i, 10),
-            _ => tomb(&format!("up/{i:02}"), day(5), at(10)),
-        })
-        .collect();
+    let rows: Vec<Record> = mixed("up/", 5, 30);
     upsert(&store, day(5), rows.clone(), WriteOptions::default())
         .await
         .expect("the rows");
     drop(store);
-    // A column `up/01` (sparse: no `placed`) does not fit.
+    // A column `up/001` (sparse: no `placed`) does not fit.
     let unfit = declared(&["status:text", "placed_at:timestamptz=placed.at"]);
     let err = invalid_column(refused(h, &unfit, "an unfit column").await);
     assert_eq!(
         (err.key.as_str(), err.column.as_str()),
-        ("up/01", "placed_at")
+        ("up/001", "placed_at")
     );
     assert_eq!(err.problem, ColumnProblem::Missing);
     // The table is as it was: the first declaration opens it.
@@ -418,13 +421,7 @@ pub async fn a_declaration_that_differs_is_refused_naming_the_column<H: TypedSto
 pub async fn a_streamed_day_keeps_the_columns<H: TypedStore>(h: &H) {
     let columns = every_type();
     let store = open(h, &columns).await;
-    let records: Vec<Record> = (0..40)
-        .map(|i| match i % 3 {
-            0 => order(&format!("st/{i:02}"), 6, i, 10),
-            1 => sparse(&format!("st/{i:02}"), 6, i, 10),
-            _ => tomb(&format!("st/{i:02}"), day(6), at(10)),
-        })
-        .collect();
+    let records: Vec<Record> = mixed("st/", 6, 40);
     let chunks = |records: Vec<Record>| {
         stream::iter(
             records
@@ -445,7 +442,7 @@ pub async fn a_streamed_day_keeps_the_columns<H: TypedStore>(h: &H) {
     assert_eq!(assert_columns_match(h, &store, &columns).await, 40);
     let before = h.typed_rows(&columns).await;
     let mut newer: Vec<Record> = (0..40)
-        .map(|i| order(&format!("st/{i:02}"), 6, 1000 + i, 20))
+        .map(|i| order(&format!("st/{i:03}"), 6, 1000 + i, 20))
         .collect();
     newer.push(rec(
         "st/zz",
@@ -487,13 +484,7 @@ pub async fn columns_change_only_when_allowed<H: TypedStore>(h: &H) {
         "note:text?",
     ]));
     let store = open(h, &before).await;
-    let rows: Vec<Record> = (0..12)
-        .map(|i| match i % 3 {
-            0 => order(&format!("ch/{i:02}"), 7, i, 10),
-            1 => sparse(&format!("ch/{i:02}"), 7, i, 10),
-            _ => tomb(&format!("ch/{i:02}"), day(7), at(10)),
-        })
-        .collect();
+    let rows: Vec<Record> = mixed("ch/", 7, 12);
     upsert(&store, day(7), rows.clone(), WriteOptions::default())
         .await
         .expect("the rows");
@@ -513,7 +504,10 @@ pub async fn columns_change_only_when_allowed<H: TypedStore>(h: &H) {
         Ok(_) => panic!("a remade column a row does not fit: opened"),
         Err(e) => invalid_column(e),
     };
-    assert_eq!((err.key.as_str(), err.column.as_str()), ("ch/00", "status"));
+    assert_eq!(
+        (err.key.as_str(), err.column.as_str()),
+        ("ch/000", "status")
+    );
     let store = open(h, &before).await;
     assert_columns_match(h, &store, &before).await;
     drop(store);

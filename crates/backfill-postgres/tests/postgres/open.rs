@@ -400,6 +400,19 @@ fn role_name(what: &str) -> String {
     testkit::unique_schema().replace("test_", what)
 }
 
+/// Gives `role` SELECT, INSERT, UPDATE and DELETE on `table` and the
+/// schema's two metadata tables, and nothing else.
+async fn grant_dml(admin: &Client, schema: &str, table: &str, role: &str) {
+    admin
+        .batch_execute(&format!(
+            "GRANT USAGE ON SCHEMA {schema} TO {role}; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{table} TO {role}; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.backfill_tables, {schema}.backfill_days TO {role};"
+        ))
+        .await
+        .unwrap();
+}
+
 /// A role with only SELECT, INSERT, UPDATE and DELETE on an existing table
 /// and the schema's two metadata tables (no CREATE on the database or the
 /// schema) opens it, reads and writes.
@@ -413,14 +426,7 @@ async fn a_least_privilege_role_opens_an_existing_table() {
     let role = role_name("dml_");
     create_role(&admin, &role).await;
     let (schema, table) = (owner.schema(), owner.table());
-    admin
-        .batch_execute(&format!(
-            "GRANT USAGE ON SCHEMA {schema} TO {role}; \
-             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{table} TO {role}; \
-             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.backfill_tables, {schema}.backfill_days TO {role};"
-        ))
-        .await
-        .unwrap();
+    grant_dml(&admin, schema, table, &role).await;
     let opened = PostgresStore::builder()
         .schema(schema)
         .table(table)
@@ -464,14 +470,7 @@ async fn a_least_privilege_role_writes_an_existing_tables_typed_columns() {
     let role = role_name("typed_");
     create_role(&admin, &role).await;
     let table = owner.table();
-    admin
-        .batch_execute(&format!(
-            "GRANT USAGE ON SCHEMA {schema} TO {role}; \
-             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{table} TO {role}; \
-             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.backfill_tables, {schema}.backfill_days TO {role};"
-        ))
-        .await
-        .unwrap();
+    grant_dml(&admin, &schema, table, &role).await;
     let open_as = |columns: Vec<Column>| {
         PostgresStore::builder()
             .schema(&schema)
