@@ -599,14 +599,53 @@ impl Columns {
     /// does not fit (a value that is not JSON, when any column is
     /// declared, is [`ColumnProblem::NotJson`]).
     pub fn extract(&self, record: &Record) -> Result<Vec<ColumnValue>> {
+        let mut values = Vec::with_capacity(self.columns.len());
+        self.extract_into(record, &mut values)?;
+        Ok(values)
+    }
+
+    /// [`extract`](Self::extract), appending the values to `out`: one
+    /// buffer for many records, the first record's values first.
+    ///
+    /// # Errors
+    ///
+    /// As [`extract`](Self::extract); `out` is then left as it was.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use backfill_core::columns::{Column, ColumnValue, Columns};
+    /// use backfill_core::Record;
+    /// use chrono::{NaiveDate, TimeZone, Utc};
+    ///
+    /// let columns = Columns::new([Column::parse("total:integer")?])?;
+    /// let day = NaiveDate::from_ymd_opt(2026, 1, 5).unwrap();
+    /// let at = Utc.with_ymd_and_hms(2026, 1, 5, 9, 0, 0).unwrap();
+    /// let mut values = Vec::new();
+    /// for (key, value) in [("a", r#"{"total": 1}"#), ("b", r#"{"total": 2}"#)] {
+    ///     columns.extract_into(&Record::new(key, day, value, at)?, &mut values)?;
+    /// }
+    /// assert_eq!(values, [ColumnValue::Integer(1), ColumnValue::Integer(2)]);
+    /// # Ok::<(), backfill_core::Error>(())
+    /// ```
+    pub fn extract_into(&self, record: &Record, out: &mut Vec<ColumnValue>) -> Result<()> {
         if record.is_deleted() || self.columns.is_empty() {
-            return Ok(vec![ColumnValue::Null; self.columns.len()]);
+            out.extend(std::iter::repeat_n(ColumnValue::Null, self.columns.len()));
+            return Ok(());
         }
         let value = record.value();
         // One pass over the value: it is checked to be JSON, and the
         // top-level fields the columns read are kept, raw, the rest skipped.
-        let mut found = vec![None; self.firsts.len()];
-        let is_object = fields(value, &self.firsts, &mut found).map_err(|_| {
+        let mut few = [None; LINEAR_NAMES];
+        let mut many = Vec::new();
+        let found = match self.firsts.len() <= LINEAR_NAMES {
+            true => &mut few[..self.firsts.len()],
+            false => {
+                many.resize(self.firsts.len(), None);
+                &mut many[..]
+            }
+        };
+        let is_object = fields(value, &self.firsts, found).map_err(|_| {
             Error::InvalidColumn(Box::new(ColumnError {
                 key: record.key().to_owned(),
                 column: self.columns[0].name.clone(),
@@ -616,14 +655,19 @@ impl Columns {
             }))
         })?;
         let root = value.trim_matches([' ', '\t', '\n', '\r']);
-        self.columns
-            .iter()
-            .zip(&self.first_of)
-            .map(|(c, &i)| {
-                let first = if is_object { Ok(found[i]) } else { Err(()) };
-                c.read(record.key(), root, first)
-            })
-            .collect()
+        let before = out.len();
+        out.reserve(self.columns.len());
+        for (c, &i) in self.columns.iter().zip(&self.first_of) {
+            let first = if is_object { Ok(found[i]) } else { Err(()) };
+            match c.read(record.key(), root, first) {
+                Ok(v) => out.push(v),
+                Err(e) => {
+                    out.truncate(before);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -686,6 +730,9 @@ impl<'de> Visitor<'de> for Members<'_, '_, 'de> {
     }
 }
 
+/// Up to how many wanted names [`Name`] compares one by one.
+const LINEAR_NAMES: usize = 16;
+
 /// A member's name: its index among the wanted names, if it is one.
 struct Name<'w>(&'w [String]);
 
@@ -705,7 +752,15 @@ impl<'de> Visitor<'de> for Name<'_> {
     }
 
     fn visit_str<E: serde::de::Error>(self, name: &str) -> std::result::Result<Self::Value, E> {
-        Ok(self.0.binary_search_by(|w| w.as_str().cmp(name)).ok())
+        // A few names are compared length first, which most members differ
+        // in; many are searched.
+        Ok(match self.0.len() <= LINEAR_NAMES {
+            true => self
+                .0
+                .iter()
+                .position(|w| w.len() == name.len() && w == name),
+            false => self.0.binary_search_by(|w| w.as_str().cmp(name)).ok(),
+        })
     }
 }
 
@@ -774,9 +829,17 @@ fn parse_date(s: &str) -> Option<NaiveDate> {
     if s.len() != 10 {
         return None;
     }
+    // Four, two and two digits: what `%Y-%m-%d` alone would also read
+    // with fewer digits or a sign.
+    let digits = s
+        .bytes()
+        .enumerate()
+        .all(|(i, b)| matches!(i, 4 | 7) == (b == b'-') && (b == b'-' || b.is_ascii_digit()));
+    if !digits {
+        return None;
+    }
     let d = NaiveDate::parse_from_str(s, "%Y-%m-%d").ok()?;
-    ((MIN_YEAR..=MAX_YEAR).contains(&d.year()) && d.format("%Y-%m-%d").to_string() == s)
-        .then_some(d)
+    (MIN_YEAR..=MAX_YEAR).contains(&d.year()).then_some(d)
 }
 
 /// An RFC 3339 instant with its offset, in years 1 to 9999, no leap
@@ -902,7 +965,40 @@ mod tests {
                 .join(", ")
         );
         let got = columns.extract(&rec("k", day(0), &value, at(0))).unwrap();
-        assert_eq!(got[99], ColumnValue::Integer(99));
+        let want: Vec<ColumnValue> = (0..100).map(ColumnValue::Integer).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn extract_into_appends_and_leaves_the_buffer_as_it_was_on_error() {
+        // Names of one length, one of them wanted, and more wanted names
+        // than are compared one by one.
+        for n in [3, LINEAR_NAMES + 1] {
+            let columns = Columns::new(
+                (0..n).map(|i| Column::parse(&format!("c{i}:integer=f{i:02}")).unwrap()),
+            )
+            .unwrap();
+            let members = |last: &str| {
+                let mut m: Vec<String> = (0..n - 1).map(|i| format!(r#""f{i:02}": {i}"#)).collect();
+                m.push(format!(r#""g00": 0, "f{:02}": {last}"#, n - 1));
+                format!("{{{}}}", m.join(", "))
+            };
+            let mut out = vec![ColumnValue::Text("before".into())];
+            columns
+                .extract_into(&rec("a", day(0), &members("7"), at(0)), &mut out)
+                .unwrap();
+            assert_eq!(out.len(), 1 + n);
+            assert_eq!(out[n], ColumnValue::Integer(7));
+            assert_eq!(out[1], ColumnValue::Integer(0));
+            let bad = columns.extract_into(&rec("b", day(0), &members(r#""x""#), at(0)), &mut out);
+            assert!(matches!(bad, Err(Error::InvalidColumn(_))), "{bad:?}");
+            assert_eq!(out.len(), 1 + n, "a refused record appends nothing");
+            columns
+                .extract_into(&tomb("c", day(0), at(0)), &mut out)
+                .unwrap();
+            assert_eq!(out.len(), 1 + 2 * n);
+            assert!(out[1 + n..].iter().all(|v| *v == ColumnValue::Null));
+        }
     }
 
     #[test]
@@ -1018,6 +1114,13 @@ mod tests {
         for bad in [
             "2026-02-30",
             "2026-1-05",
+            // Ten characters, but not four, two and two digits.
+            "02026-1-05",
+            "+2026-1-05",
+            "2026-01-5 ",
+            " 2026-01-5",
+            "2026-001-5",
+            "2026-01-0x",
             "20260105",
             "0000-01-01",
             "2026-01-05T00:00:00Z",

@@ -21,7 +21,7 @@ use tokio_postgres::types::ToSql;
 use crate::error::open_error;
 use crate::schema::{self, Found, Shape};
 use crate::sql;
-use crate::typed::{self, Param};
+use crate::typed;
 
 /// Checks the store's tables in `schema` and, if `create`, creates what is
 /// missing and upgrades what is old, in `tx` (which the caller commits).
@@ -256,7 +256,7 @@ async fn add_columns(
         };
         after = last.get(0);
         let mut keys: Vec<String> = Vec::with_capacity(rows.len());
-        let mut values: Vec<Vec<Param>> = (0..columns.len()).map(|_| Vec::new()).collect();
+        let mut flat = Vec::with_capacity(rows.len() * columns.len());
         for row in &rows {
             let record = Record::new(
                 row.get::<_, String>(0),
@@ -264,11 +264,10 @@ async fn add_columns(
                 row.get::<_, String>(2),
                 row.get::<_, DateTime<Utc>>(3),
             )?;
-            for (array, value) in values.iter_mut().zip(columns.extract(&record)?) {
-                array.push(Param(value));
-            }
+            columns.extract_into(&record, &mut flat)?;
             keys.push(record.key().to_owned());
         }
+        let values = typed::arrays(columns.len(), &flat);
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![&keys];
         params.extend(values.iter().map(|v| v as &(dyn ToSql + Sync)));
         tx.execute(&update, &params).await.map_err(open_error)?;

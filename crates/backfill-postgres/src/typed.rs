@@ -60,17 +60,26 @@ pub(crate) fn names(columns: &Columns) -> String {
         .collect()
 }
 
+/// Rows of `n` typed columns, one row after another in `flat`, as one
+/// array per column: the merge's and the upgrade's parameters.
+pub(crate) fn arrays(n: usize, flat: &[ColumnValue]) -> Vec<Vec<Param<'_>>> {
+    let rows = flat.len().checked_div(n).unwrap_or(0);
+    (0..n)
+        .map(|c| (0..rows).map(|r| Param(&flat[r * n + c])).collect())
+        .collect()
+}
+
 /// A typed column's value as a binary parameter.
 #[derive(Debug)]
-pub(crate) struct Param(pub(crate) ColumnValue);
+pub(crate) struct Param<'a>(pub(crate) &'a ColumnValue);
 
-impl ToSql for Param {
+impl ToSql for Param<'_> {
     fn to_sql(
         &self,
         ty: &Type,
         out: &mut BytesMut,
     ) -> Result<IsNull, Box<dyn StdError + Sync + Send>> {
-        match &self.0 {
+        match self.0 {
             ColumnValue::Null => Ok(IsNull::Yes),
             ColumnValue::Text(s) => s.as_str().to_sql(ty, out),
             ColumnValue::Integer(n) => n.to_sql(ty, out),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use backfill_core::adapter::{check_value_sizes, mode_text};
-use backfill_core::columns::Columns;
+use backfill_core::columns::{ColumnValue, Columns};
 use backfill_core::{Counts, DayWrite, Error, Record, Result, RunId, SyncedDay};
 use chrono::{DateTime, NaiveDate, Utc};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
@@ -604,7 +604,7 @@ async fn copy_slice(
     copy: &Statement,
     records: &[Record],
     columns: &Columns,
-    typed: &[Vec<Param>],
+    typed: &[ColumnValue],
 ) -> std::result::Result<u64, tokio_postgres::Error> {
     let sink = tx.copy_in(copy).await?;
     let mut types = vec![
@@ -617,28 +617,33 @@ async fn copy_slice(
     types.extend(columns.iter().map(|c| typed::pg_type(c.column_type())));
     let writer = BinaryCopyInWriter::new(sink, &types);
     let mut writer = pin!(writer);
-    for (r, values) in records.iter().zip(typed) {
+    let n = columns.len();
+    let params: Vec<Param<'_>> = typed.iter().map(Param).collect();
+    for (i, r) in records.iter().enumerate() {
         let (key, value) = (r.key(), r.value());
         let (date, at, deleted) = (r.event_date(), r.updated_at(), r.is_deleted());
         let mut row: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(types.len());
         row.extend([&key as &(dyn ToSql + Sync), &date, &value, &at, &deleted]);
-        row.extend(values.iter().map(|v| v as &(dyn ToSql + Sync)));
+        row.extend(
+            params[i * n..(i + 1) * n]
+                .iter()
+                .map(|v| v as &(dyn ToSql + Sync)),
+        );
         writer.as_mut().write(&row).await?;
     }
     writer.finish().await
 }
 
-/// Each record's typed columns, in the column order (empty rows when the
-/// store has none).
-fn typed_rows(columns: &Columns, records: &[Record]) -> Result<Vec<Vec<Param>>> {
-    records
-        .iter()
-        .map(|r| {
-            columns
-                .extract(r)
-                .map(|values| values.into_iter().map(Param).collect())
-        })
-        .collect()
+/// Each record's typed columns, in the column order, one record after
+/// another (empty when the store has none).
+fn typed_rows(columns: &Columns, records: &[Record]) -> Result<Vec<ColumnValue>> {
+    let mut typed = Vec::with_capacity(records.len() * columns.len());
+    if !columns.is_empty() {
+        for r in records {
+            columns.extract_into(r, &mut typed)?;
+        }
+    }
+    Ok(typed)
 }
 
 /// Merges `slice` (sorted by key) with the conflict-handling merge and adds
@@ -699,14 +704,13 @@ async fn merge_slice(
     let instants: Vec<DateTime<Utc>> = records.iter().map(|r| r.updated_at()).collect();
     let deleted: Vec<bool> = records.iter().map(|r| r.is_deleted()).collect();
     // One array per typed column, after the day scan's `$6`.
-    let mut arrays: Vec<Vec<Param>> = (0..columns.len())
-        .map(|_| Vec::with_capacity(records.len()))
-        .collect();
-    for r in records {
-        for (array, value) in arrays.iter_mut().zip(columns.extract(r)?) {
-            array.push(Param(value));
+    let mut flat = Vec::with_capacity(records.len() * columns.len());
+    if !columns.is_empty() {
+        for r in records {
+            columns.extract_into(r, &mut flat)?;
         }
     }
+    let arrays = typed::arrays(columns.len(), &flat);
     let mut params: Vec<&(dyn ToSql + Sync)> =
         vec![&keys, &dates, &values, &instants, &deleted, &day_scan];
     params.extend(arrays.iter().map(|a| a as &(dyn ToSql + Sync)));

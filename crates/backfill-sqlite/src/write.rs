@@ -117,12 +117,14 @@ pub(crate) fn apply_day(
 }
 
 /// A page of the day's records, checked against the length limit, with
-/// each record's typed columns read from its value (empty rows when the
-/// store declares none).
+/// each record's typed columns read from its value, one record after
+/// another (empty when the store declares none).
 #[derive(Debug)]
 pub(crate) struct Page {
     records: Vec<Record>,
-    typed: Vec<Vec<Value>>,
+    typed: Vec<Value>,
+    /// How many typed columns each record has in `typed`.
+    columns: usize,
 }
 
 impl Page {
@@ -137,11 +139,20 @@ impl Page {
             return Ok(None);
         };
         check_value_sizes(&records, w.max_value_bytes)?;
-        let typed = records
-            .iter()
-            .map(|r| Ok(w.columns.extract(r)?.into_iter().map(sql_value).collect()))
-            .collect::<Result<_>>()?;
-        Ok(Some(Page { records, typed }))
+        let n = w.columns.len();
+        let mut typed = Vec::with_capacity(records.len() * n);
+        if n > 0 {
+            let mut values = Vec::with_capacity(n);
+            for r in &records {
+                w.columns.extract_into(r, &mut values)?;
+                typed.extend(values.drain(..).map(sql_value));
+            }
+        }
+        Ok(Some(Page {
+            records,
+            typed,
+            columns: n,
+        }))
     }
 }
 
@@ -202,7 +213,9 @@ fn merge_page(
     let mut insert = conn.prepare_cached(&sql.insert_absent).map_err(backend)?;
     let mut stored = conn.prepare_cached(&sql.get_version).map_err(backend)?;
     let mut update = conn.prepare_cached(&sql.update_older).map_err(backend)?;
-    for (record, typed) in page.records.iter().zip(&page.typed) {
+    let n = page.columns;
+    for (i, record) in page.records.iter().enumerate() {
+        let typed = &page.typed[i * n..(i + 1) * n];
         let date = format_date(record.event_date());
         let instant = format_instant(record.updated_at());
         let deleted = i64::from(record.is_deleted());
