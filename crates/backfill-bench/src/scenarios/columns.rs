@@ -78,21 +78,24 @@ async fn first_backfill(run: &Run<'_>, target: &Target) -> Result<(f64, u64), St
 
 /// `columns` and `columns_rerun`: the best of `s.repeat` backfills with
 /// the five columns, each beside one without them (in turn, on fresh
-/// tables); then the dataset again into the last table with columns.
+/// tables, each timed run on a settled server: see `Env::settle`); then
+/// the dataset again into the last table with columns.
 pub(crate) async fn columns(run: &mut Run<'_>) -> Result<[Measurement; 2], String> {
     let s = run.s;
     let (mut plain, mut typed, mut peak) = (f64::MAX, f64::MAX, 0);
     let mut last = None;
     for _ in 0..s.repeat {
+        run.env.settle(last.take()).await?;
         let without = run.env.fresh(s.concurrency).await?;
         plain = plain.min(first_backfill(run, &without).await?.0);
-        drop(without);
+        run.env.settle(Some(without)).await?;
         let with = run.env.fresh_with(s.concurrency, declared()).await?;
         let (seconds, p) = first_backfill(run, &with).await?;
         (typed, peak) = (typed.min(seconds), peak.max(p));
         last = Some(with);
     }
     let target = last.expect("at least one run");
+    run.env.settle(None).await?;
     let w0 = target.rows_written().await?;
     let (again_totals, rerun, rerun_peak) = backfill_into(run, &target).await?;
     if again_totals.unchanged != s.rows() {

@@ -152,6 +152,38 @@ impl Env {
         Ok(())
     }
 
+    /// Leaves the server as a timed run should find it: `done`'s table
+    /// dropped, if given (its pages and its autovacuum go with it), then,
+    /// on Postgres, a `CHECKPOINT`, so that no timed run writes out an
+    /// earlier run's pages or starts the checkpoint they would bring. A
+    /// role that may not checkpoint skips that step.
+    pub(crate) async fn settle(&self, done: Option<Target>) -> Result<(), String> {
+        let Some(url) = &self.pg_url else {
+            drop(done);
+            return Ok(());
+        };
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(connection);
+        if let Some(Target::Postgres(store)) = done {
+            let schema = store.schema().to_owned();
+            drop(store);
+            client
+                .batch_execute(&format!(r#"DROP SCHEMA IF EXISTS "{schema}" CASCADE"#))
+                .await
+                .map_err(|e| format!("dropping {schema}: {e}"))?;
+        }
+        match client.batch_execute("CHECKPOINT").await {
+            Err(e)
+                if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) =>
+            {
+                Ok(())
+            }
+            other => other.map_err(|e| format!("CHECKPOINT: {e}")),
+        }
+    }
+
     /// Where a child process finds `target`: `sqlite <path>` or
     /// `postgres <schema> <url>` (`None` for the memory store).
     pub(crate) fn locate(&self, target: &Target) -> Option<Vec<String>> {
