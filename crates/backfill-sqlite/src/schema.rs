@@ -324,7 +324,7 @@ fn check_differences(create: &str, present: &[&str], columns: &[Column]) -> Vec<
             continue;
         };
         let accepted: Vec<Option<Vec<String>>> = std::iter::once(check.as_str())
-            .chain(column.earlier_checks.iter().copied())
+            .chain(column.earlier_checks.iter().map(|c| c.as_ref()))
             .map(normalize)
             .collect();
         match own.as_slice() {

@@ -445,3 +445,115 @@ async fn a_hundred_columns_and_keyword_names() {
         .unwrap();
     assert_eq!((c99, check.as_str()), (99, "c"));
 }
+
+/// The `CHECK` typed instant columns had when they came, for a column
+/// named `at`.
+const EARLIER_INSTANT_CHECK: &str = r#""at" IS NULL OR (length("at") = 27 AND substr("at", 1, 4) BETWEEN '0001' AND '9999' AND strftime('%Y-%m-%dT%H:%M:%S', substr("at", 1, 19), '+0 days') IS substr("at", 1, 19) AND substr("at", 20) GLOB '.[0-9][0-9][0-9][0-9][0-9][0-9]Z')"#;
+
+/// An instant column's `CHECK` takes exactly the instants its earlier
+/// form took, and a table made with that form keeps opening and writing.
+#[tokio::test]
+async fn an_instant_columns_check_takes_what_its_earlier_form_took() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.sqlite");
+    let declared = || vec![Column::parse("at:timestamptz?").unwrap()];
+    let open = || SqliteStore::builder(&path).columns(declared()).open();
+    drop(open().await.unwrap());
+    let conn = raw(&path);
+    let insert = |i: usize, instant: &str| {
+        conn.execute(
+            "INSERT INTO backfill_records (key, event_date, value, updated_at, deleted, at)
+             VALUES (?1, '2026-01-01', '{}', '2026-01-01T00:00:00.000000Z', 0, ?2)",
+            rusqlite::params![format!("k{i}"), instant],
+        )
+        .is_ok()
+    };
+    let cases = [
+        ("2024-02-29T00:00:00.000000Z", true),
+        ("2000-02-29T23:59:59.999999Z", true),
+        ("0001-01-01T00:00:00.000000Z", true),
+        ("9999-12-31T23:59:59.999999Z", true),
+        ("2026-06-30T12:30:00.000001Z", true),
+        ("2026-02-29T00:00:00.000000Z", false),
+        ("1900-02-29T00:00:00.000000Z", false),
+        ("2026-04-31T00:00:00.000000Z", false),
+        ("2026-13-01T00:00:00.000000Z", false),
+        ("2026-00-01T00:00:00.000000Z", false),
+        ("2026-01-00T00:00:00.000000Z", false),
+        ("2026-01-32T00:00:00.000000Z", false),
+        ("2026-01-01T24:00:00.000000Z", false),
+        ("2026-01-01T23:60:00.000000Z", false),
+        ("2026-01-01T23:59:60.000000Z", false),
+        ("0000-01-01T00:00:00.000000Z", false),
+        ("2026-01-01 00:00:00.000000Z", false),
+        ("2026-01-01T00:00:00.000000", false),
+        ("2026-01-01T00:00:00.000000+00", false),
+        ("2026-01-01T00:00:00.00000Z", false),
+        ("2026-01-01T00:00:00.0000000Z", false),
+        ("2026-01-01T00:00:00Z", false),
+        ("+026-01-01T00:00:00.000000Z", false),
+        ("2026-1-01T00:00:00.0000000Z", false),
+        ("２026-01-01T00:00:00.000000Z", false),
+        ("", false),
+    ];
+    for (i, (instant, valid)) in cases.into_iter().enumerate() {
+        assert_eq!(insert(i, instant), valid, "{instant:?}");
+        let earlier: bool = conn
+            .query_row(
+                &format!("SELECT {}", EARLIER_INSTANT_CHECK.replace(r#""at""#, "?1")),
+                [instant],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(earlier, valid, "the earlier form on {instant:?}");
+    }
+    // A table made with the earlier form: the same table, its CHECK then.
+    let ddl: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_schema WHERE name = 'backfill_records'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let start = ddl
+        .find(r#"CHECK ("at" IS NULL"#)
+        .expect("the column's CHECK");
+    // Up to the parenthesis that closes the CHECK's.
+    let mut depth = 0;
+    let end = start
+        + ddl[start..]
+            .char_indices()
+            .find_map(|(i, c)| {
+                depth += match c {
+                    '(' => 1,
+                    ')' => -1,
+                    _ => 0,
+                };
+                (c == ')' && depth == 0).then_some(i + 1)
+            })
+            .expect("the CHECK closes");
+    let earlier_ddl = format!(
+        "{}CHECK ({EARLIER_INSTANT_CHECK}){}",
+        &ddl[..start],
+        &ddl[end..]
+    );
+    assert_ne!(earlier_ddl, ddl);
+    conn.execute_batch(&format!("DROP TABLE backfill_records; {earlier_ddl};"))
+        .unwrap();
+    drop(conn);
+    let store = open().await.expect("a table with the earlier CHECK opens");
+    let value = r#"{"at": "2026-01-05T10:00:00.25+02:00"}"#;
+    let c = upsert(
+        &store,
+        jan(5),
+        vec![rec("a", jan(5), value, at(1))],
+        WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.inserted, 1);
+    let stored: String = raw(&path)
+        .query_row("SELECT at FROM backfill_records", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(stored, "2026-01-05T08:00:00.250000Z");
+}
