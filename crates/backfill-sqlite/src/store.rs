@@ -508,12 +508,15 @@ pub(crate) fn stored_record(key: &str, date: &str, value: &str, instant: &str) -
     ))
 }
 
+/// `day` in [`DATE_FORMAT`], by chrono's own writer of that form (which a
+/// format string would parse again for every value).
 pub(crate) fn format_date(day: NaiveDate) -> String {
-    day.format(DATE_FORMAT).to_string()
+    day.to_string()
 }
 
+/// `at` in [`INSTANT_FORMAT`], by chrono's own writer of that form.
 pub(crate) fn format_instant(at: DateTime<Utc>) -> String {
-    at.format(INSTANT_FORMAT).to_string()
+    at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
 fn parse_instant(text: &str) -> Option<DateTime<Utc>> {
@@ -561,5 +564,26 @@ mod tests {
         assert_eq!(format_instant(a), "0999-12-31T23:59:59.999999Z");
         assert_eq!(format_instant(b).len(), 27);
         assert!(format_instant(a) < format_instant(b));
+    }
+
+    #[test]
+    fn text_forms_are_the_formats_and_read_back() {
+        let days = [(1, 1, 1), (999, 12, 31), (2024, 2, 29), (9999, 12, 31)];
+        let times = [
+            (0, 0, 0, 0),
+            (9, 5, 7, 1),
+            (23, 59, 59, 999_999),
+            (12, 0, 0, 250_000),
+        ];
+        for (y, m, d) in days {
+            let day = NaiveDate::from_ymd_opt(y, m, d).unwrap();
+            assert_eq!(format_date(day), day.format(DATE_FORMAT).to_string());
+            for (h, mi, s, us) in times {
+                let at = day.and_hms_micro_opt(h, mi, s, us).unwrap().and_utc();
+                let text = format_instant(at);
+                assert_eq!(text, at.format(INSTANT_FORMAT).to_string());
+                assert_eq!(parse_instant(&text), Some(at));
+            }
+        }
     }
 }
