@@ -83,15 +83,19 @@ async fn first_backfill(run: &Run<'_>, target: &Target) -> Result<(f64, u64), St
 pub(crate) async fn columns(run: &mut Run<'_>) -> Result<[Measurement; 2], String> {
     let s = run.s;
     let (mut plain, mut typed, mut peak) = (f64::MAX, f64::MAX, 0);
+    // Each pair's time with columns over its time without.
+    let mut pairs = Vec::new();
     let mut last = None;
     for _ in 0..s.repeat {
         run.env.settle(last.take()).await?;
         let without = run.env.fresh(s.concurrency).await?;
-        plain = plain.min(first_backfill(run, &without).await?.0);
+        let before = first_backfill(run, &without).await?.0;
+        plain = plain.min(before);
         run.env.settle(Some(without)).await?;
         let with = run.env.fresh_with(s.concurrency, declared()).await?;
         let (seconds, p) = first_backfill(run, &with).await?;
         (typed, peak) = (typed.min(seconds), peak.max(p));
+        pairs.push(seconds / before);
         last = Some(with);
     }
     let target = last.expect("at least one run");
@@ -117,8 +121,12 @@ pub(crate) async fn columns(run: &mut Run<'_>) -> Result<[Measurement; 2], Strin
         target: "measured: vs no columns".into(),
         detail: format!(
             "{} days x {} JSON orders with 5 typed columns (text, integer, nested text, boolean, \
-             timestamptz), concurrency {}, against the same backfill without columns",
-            s.days, s.per_day, s.concurrency
+             timestamptz), concurrency {}, against the same backfill without columns; \
+             time with over time without, pair by pair: {}",
+            s.days,
+            s.per_day,
+            s.concurrency,
+            spread(&mut pairs)
         ),
         ..run.line("columns")
     };
@@ -135,4 +143,15 @@ pub(crate) async fn columns(run: &mut Run<'_>) -> Result<[Measurement; 2], Strin
         ..run.line("columns_rerun")
     };
     Ok([first, again])
+}
+
+/// `ratios` as their median and range, `median 1.21 (1.15-1.30)`.
+fn spread(ratios: &mut [f64]) -> String {
+    ratios.sort_by(f64::total_cmp);
+    let n = ratios.len();
+    let median = match n % 2 {
+        1 => ratios[n / 2],
+        _ => (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0,
+    };
+    format!("median {median:.2} ({:.2}-{:.2})", ratios[0], ratios[n - 1])
 }
