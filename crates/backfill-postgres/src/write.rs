@@ -469,7 +469,7 @@ impl Writes {
             }
             // Read before the COPY starts: a value that does not fit
             // refuses the record, and the whole day rolls back.
-            let typed = typed_rows(&self.columns, slice)?;
+            let typed = typed_rows(&self.columns, slice.iter())?;
             match copy_slice(tx, copy, slice, &self.columns, &typed).await {
                 Ok(copied) => count_copied(slice, copied, counts)?,
                 Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
@@ -636,7 +636,12 @@ async fn copy_slice(
 
 /// Each record's typed columns, in the column order, one record after
 /// another (empty when the store has none).
-fn typed_rows(columns: &Columns, records: &[Record]) -> Result<Vec<ColumnValue>> {
+fn typed_rows<'r, I>(columns: &Columns, records: I) -> Result<Vec<ColumnValue>>
+where
+    I: IntoIterator<Item = &'r Record>,
+    I::IntoIter: ExactSizeIterator,
+{
+    let records = records.into_iter();
     let mut typed = Vec::with_capacity(records.len() * columns.len());
     if !columns.is_empty() {
         for r in records {
@@ -704,12 +709,7 @@ async fn merge_slice(
     let instants: Vec<DateTime<Utc>> = records.iter().map(|r| r.updated_at()).collect();
     let deleted: Vec<bool> = records.iter().map(|r| r.is_deleted()).collect();
     // One array per typed column, after the day scan's `$6`.
-    let mut flat = Vec::with_capacity(records.len() * columns.len());
-    if !columns.is_empty() {
-        for r in records {
-            columns.extract_into(r, &mut flat)?;
-        }
-    }
+    let flat = typed_rows(columns, records.iter().copied())?;
     let arrays = typed::arrays(columns.len(), &flat);
     let mut params: Vec<&(dyn ToSql + Sync)> =
         vec![&keys, &dates, &values, &instants, &deleted, &day_scan];
