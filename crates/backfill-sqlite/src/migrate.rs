@@ -103,6 +103,30 @@ struct Declared<'a> {
     changes: bool,
 }
 
+/// The typed columns of the records table (at schema version `v`, 2 or
+/// later) that differ from the declaration, `present` being the declared
+/// columns the table has: those to drop (and add again when declared).
+/// None when any difference is not in a typed column the table has: that
+/// table is refused as it is.
+fn changing(conn: &Connection, table: &str, v: i64, present: &[Column]) -> Result<Vec<String>> {
+    let def = sql::records_table(table, v, &Columns::new(present.to_vec())?);
+    let mut names: Vec<String> = Vec::new();
+    for d in schema::differences(conn, &def).map_err(open_error)? {
+        match d.column() {
+            Some(c)
+                if !RESERVED_NAMES.contains(&c)
+                    && schema::has_column(conn, table, c).map_err(open_error)? =>
+            {
+                if !names.iter().any(|n| n == c) {
+                    names.push(c.to_owned());
+                }
+            }
+            _ => return Ok(Vec::new()),
+        }
+    }
+    Ok(names)
+}
+
 /// Checks every table and, with [`Access::Write`], creates or upgrades
 /// what is missing. Returns whether all was in place (always `true` unless
 /// [`Access::Look`] found something to do).
@@ -197,43 +221,18 @@ fn bring_up(
     };
     // Typed columns to drop: with `changes`, those the table has and the
     // declaration lacks or declares otherwise (the latter added again).
-    let mut dropping: Vec<String> = Vec::new();
+    let dropping = match version {
+        Some(v) if declared.changes && v >= 2 => changing(conn, table, v, &present)?,
+        _ => Vec::new(),
+    };
+    if !dropping.is_empty() {
+        let (keep, remake) = present
+            .into_iter()
+            .partition(|c| !dropping.iter().any(|d| d == c.name()));
+        present = keep;
+        adding.extend(remake);
+    }
     if let Some(v) = version {
-        let found = if declared.changes && v >= 2 {
-            let def = sql::records_table(table, v, &Columns::new(present.clone())?);
-            schema::differences(conn, &def).map_err(open_error)?
-        } else {
-            Vec::new()
-        };
-        // Only a table whose every difference is in a column of its own
-        // beyond the store's five: any other is refused as it is.
-        let mut columns = Vec::new();
-        for d in &found {
-            match d.column() {
-                Some(c)
-                    if !RESERVED_NAMES.contains(&c)
-                        && schema::has_column(conn, table, c).map_err(open_error)? =>
-                {
-                    columns.push(c.to_owned());
-                }
-                _ => {
-                    columns.clear();
-                    break;
-                }
-            }
-        }
-        if !columns.is_empty() {
-            for column in columns {
-                if !dropping.contains(&column) {
-                    dropping.push(column);
-                }
-            }
-            let (keep, remake) = present
-                .into_iter()
-                .partition(|c| !dropping.iter().any(|d| d == c.name()));
-            present = keep;
-            adding.extend(remake);
-        }
         // Checked at the version it claims, before anything is changed.
         let present = Columns::new(present)?;
         if dropping.is_empty() {
