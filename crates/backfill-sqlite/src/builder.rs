@@ -211,6 +211,9 @@ impl SqliteStoreBuilder {
         } else {
             OpenFlags::default()
         };
+        // Before the first file is opened: this copy of SQLite's locks made
+        // safe from another copy in the process (`locks`).
+        crate::locks::install();
         let conn = match &self.path {
             Some(path) => Connection::open_with_flags(path, flags),
             None => Connection::open_in_memory_with_flags(flags),
@@ -246,6 +249,7 @@ impl SqliteStoreBuilder {
             }
             conn.pragma_update(None, "synchronous", "NORMAL")
                 .map_err(open_error)?;
+            crate::locks::keep_wal(&conn).map_err(open_error)?;
         }
         if !read_only {
             // A listing stages its keys in `temp` (`sql::LISTED`), a file
