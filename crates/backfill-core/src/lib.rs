@@ -58,6 +58,7 @@
 
 pub mod adapter;
 pub mod columns;
+pub mod json;
 mod counts;
 mod error;
 mod fetch;

@@ -5,7 +5,7 @@
 use backfill_core::Record;
 use chrono::{DateTime, NaiveDate, Utc};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::errors::InvalidRecord;
 
@@ -178,33 +178,153 @@ pub(crate) fn to_instant(key: &str, value: &Bound<'_, PyAny>) -> PyResult<DateTi
 }
 
 /// A record's `value`: a string as it is, anything else as canonical JSON
-/// (compact, object keys sorted at every level), as the command line
-/// stores it.
+/// ([`backfill_core::json`]: compact, object keys sorted at every level,
+/// numbers exactly as written), as the command line stores it.
+///
+/// Numbers keep their text: an `int` all its digits (beyond 64 bits too),
+/// a `float` its `repr` (the shortest text that reads back as the same
+/// double), a `decimal.Decimal` its `str`. Containers and keys are read as
+/// `json.dumps` reads them (`dict`, `list`, `tuple`; `str`, `int`,
+/// `float`, `bool` and `None` keys); NaN, infinities and anything else are
+/// refused.
 pub(crate) fn to_value(key: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
     if let Ok(text) = value.cast::<PyString>() {
         return Ok(text.to_cow()?.into_owned());
     }
+    let mut out = Vec::with_capacity(64);
+    write_json(&mut out, value, 0)
+        .map_err(|e| InvalidRecord::new_err(format!("record {key:?}: value is not JSON: {e}")))?;
+    let text = String::from_utf8(out)
+        .map_err(|_| InvalidRecord::new_err(format!("record {key:?}: value is not UTF-8")))?;
+    backfill_core::json::canonical(&text)
+        .map_err(|e| InvalidRecord::new_err(format!("record {key:?}: value is not JSON: {e}")))
+}
+
+/// Python's own `int.__repr__`, `float.__repr__` and `decimal.Decimal`,
+/// looked up once.
+struct Builtins {
+    int_repr: Py<PyAny>,
+    float_repr: Py<PyAny>,
+    decimal: Py<PyAny>,
+}
+
+fn builtins(py: Python<'_>) -> PyResult<&Builtins> {
+    static BUILTINS: pyo3::sync::PyOnceLock<Builtins> = pyo3::sync::PyOnceLock::new();
+    BUILTINS.get_or_try_init(py, || {
+        Ok(Builtins {
+            int_repr: py.get_type::<PyInt>().getattr("__repr__")?.unbind(),
+            float_repr: py.get_type::<PyFloat>().getattr("__repr__")?.unbind(),
+            decimal: py.import("decimal")?.getattr("Decimal")?.unbind(),
+        })
+    })
+}
+
+/// Why a Python value is not JSON, in `json.dumps`'s words where it has
+/// them.
+fn not_json(what: String) -> PyErr {
+    pyo3::exceptions::PyValueError::new_err(what)
+}
+
+/// Writes `value` as JSON text (members in the dict's order; the caller
+/// makes it canonical).
+fn write_json(out: &mut Vec<u8>, value: &Bound<'_, PyAny>, depth: usize) -> PyResult<()> {
+    if depth > backfill_core::json::MAX_DEPTH {
+        return Err(not_json(format!(
+            "nested deeper than {} levels (or contains itself)",
+            backfill_core::json::MAX_DEPTH
+        )));
+    }
     let py = value.py();
-    // `json.dumps(…, allow_nan=False)`, looked up once, not per record.
-    static DUMPS: pyo3::sync::PyOnceLock<Py<PyAny>> = pyo3::sync::PyOnceLock::new();
-    let dumps = DUMPS.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
-        let kwargs = PyDict::new(py);
-        kwargs.set_item("allow_nan", false)?;
-        let dumps = py.import("json")?.getattr("dumps")?;
-        Ok(py
-            .import("functools")?
-            .getattr("partial")?
-            .call((dumps,), Some(&kwargs))?
-            .unbind())
-    })?;
-    let text: String = dumps
-        .bind(py)
-        .call1((value,))
-        .map_err(|e| InvalidRecord::new_err(format!("record {key:?}: value is not JSON: {e}")))?
-        .extract()?;
-    let parsed: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| InvalidRecord::new_err(format!("record {key:?}: value: {e}")))?;
-    Ok(parsed.to_string())
+    if value.is_none() {
+        out.extend_from_slice(b"null");
+    } else if let Ok(text) = value.cast::<PyString>() {
+        write_str(out, &text.to_cow()?);
+    } else if let Ok(b) = value.cast::<PyBool>() {
+        out.extend_from_slice(if b.is_true() { b"true" } else { b"false" });
+    } else if value.is_instance_of::<PyInt>() {
+        write_number_text(out, &builtins(py)?.int_repr.bind(py).call1((value,))?)?;
+    } else if value.is_instance_of::<PyFloat>() {
+        let x: f64 = value.extract()?;
+        if !x.is_finite() {
+            return Err(not_json(format!("out of range float values are not JSON compliant: {x}")));
+        }
+        write_number_text(out, &builtins(py)?.float_repr.bind(py).call1((value,))?)?;
+    } else if value.is_instance(builtins(py)?.decimal.bind(py))? {
+        if !value.call_method0("is_finite")?.is_truthy()? {
+            return Err(not_json(format!("a Decimal that is not a number: {value}")));
+        }
+        write_number_text(out, value.str()?.as_any())?;
+    } else if let Ok(dict) = value.cast::<PyDict>() {
+        out.push(b'{');
+        for (i, (k, v)) in dict.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_key(out, &k)?;
+            out.push(b':');
+            write_json(out, &v, depth + 1)?;
+        }
+        out.push(b'}');
+    } else if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        out.push(b'[');
+        for (i, item) in value.try_iter()?.enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_json(out, &item?, depth + 1)?;
+        }
+        out.push(b']');
+    } else {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "Object of type {} is not JSON serializable",
+            value.get_type().name()?
+        )));
+    }
+    Ok(())
+}
+
+/// A dict key as `json.dumps` writes it: a string, or a number, boolean
+/// or `None` as its JSON text in quotes.
+fn write_key(out: &mut Vec<u8>, key: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = key.py();
+    if let Ok(text) = key.cast::<PyString>() {
+        write_str(out, &text.to_cow()?);
+    } else if let Ok(b) = key.cast::<PyBool>() {
+        write_str(out, if b.is_true() { "true" } else { "false" });
+    } else if key.is_none() {
+        write_str(out, "null");
+    } else if key.is_instance_of::<PyInt>() {
+        write_str(out, &builtins(py)?.int_repr.bind(py).call1((key,))?.str()?.to_cow()?);
+    } else if key.is_instance_of::<PyFloat>() {
+        let x: f64 = key.extract()?;
+        if !x.is_finite() {
+            return Err(not_json(format!("out of range float values are not JSON compliant: {x}")));
+        }
+        write_str(out, &builtins(py)?.float_repr.bind(py).call1((key,))?.str()?.to_cow()?);
+    } else {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "keys must be str, int, float, bool or None, not {}",
+            key.get_type().name()?
+        )));
+    }
+    Ok(())
+}
+
+fn write_number_text(out: &mut Vec<u8>, text: &Bound<'_, PyAny>) -> PyResult<()> {
+    let text = text.str()?;
+    let text = text.to_cow()?;
+    // `repr` and `str` of Python's numbers are JSON numbers (`1e+16`,
+    // `1E+3`, `-0`); anything else is refused here rather than stored.
+    if backfill_core::json::canonical(&text).as_deref() != Ok(&*text) {
+        return Err(not_json(format!("a number that is not a JSON number: {text}")));
+    }
+    out.extend_from_slice(text.as_bytes());
+    Ok(())
+}
+
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    // Writing a string into a Vec cannot fail.
+    serde_json::to_writer(out, s).expect("serializing a string into memory");
 }
 
 pub(crate) fn build_record(
