@@ -248,7 +248,7 @@ pub(crate) struct RunArgs {
     #[arg(
         long,
         env = "BACKFILL_MAX_DELETE_FRACTION",
-        default_value = "0.5",
+        default_value_t = backfill_core::DEFAULT_MAX_DELETE_FRACTION,
         value_parser = parse_fraction,
         value_name = "F"
     )]

@@ -7,7 +7,9 @@ use std::fmt;
 /// it.
 ///
 /// By default an empty listing for a day that has live rows is refused,
-/// and any fraction is allowed. Both can be changed:
+/// and so is a listing that would delete more than half of a day's live
+/// rows ([`DEFAULT_MAX_DELETE_FRACTION`]); the command line and the Python
+/// package have the same default. Both can be changed:
 ///
 /// ```
 /// use backfill_core::ReplaceGuard;
@@ -16,12 +18,30 @@ use std::fmt;
 /// let careful = ReplaceGuard::default().max_delete_fraction(0.2);
 /// // A day may really become empty upstream.
 /// let trusting = ReplaceGuard::default().allow_empty(true);
-/// # let _ = (careful, trusting);
+/// // Any share of a day may go (the listing is known to be whole).
+/// let any_share = ReplaceGuard::default().max_delete_fraction(1.0);
+/// # let _ = (careful, trusting, any_share);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReplaceGuard {
     allow_empty: bool,
     max_delete_fraction: Option<f64>,
+}
+
+/// The share of a day's live rows one replace may delete unless told
+/// otherwise: half. A listing missing more than that is more often an
+/// upstream fault (a partial page, a filter) than a day that changed.
+pub const DEFAULT_MAX_DELETE_FRACTION: f64 = 0.5;
+
+impl Default for ReplaceGuard {
+    /// Empty listings refused, at most [`DEFAULT_MAX_DELETE_FRACTION`] of
+    /// a day deleted.
+    fn default() -> Self {
+        Self {
+            allow_empty: false,
+            max_delete_fraction: Some(DEFAULT_MAX_DELETE_FRACTION),
+        }
+    }
 }
 
 impl ReplaceGuard {
@@ -43,7 +63,8 @@ impl ReplaceGuard {
     }
 
     /// The largest fraction (0 to 1) of a day's live rows one replace may
-    /// delete (default: no limit). Values outside 0..=1 are clamped.
+    /// delete (default [`DEFAULT_MAX_DELETE_FRACTION`], `1.0` for no
+    /// limit). Values outside 0..=1 are clamped.
     pub fn max_delete_fraction(mut self, fraction: f64) -> Self {
         let fraction = if fraction.is_nan() { 0.0 } else { fraction };
         self.max_delete_fraction = Some(fraction.clamp(0.0, 1.0));
@@ -107,6 +128,12 @@ mod tests {
             Some(Refusal::TooLarge { max_fraction: 0.5 })
         );
         assert_eq!(guard.check(false, 5, 10), None);
-        assert_eq!(ReplaceGuard::default().check(false, 10, 10), None);
+        // The default: half of a day, not more.
+        assert_eq!(ReplaceGuard::default().check(false, 5, 10), None);
+        assert_eq!(
+            ReplaceGuard::default().check(false, 6, 10),
+            Some(Refusal::TooLarge { max_fraction: 0.5 })
+        );
+        assert_eq!(ReplaceGuard::default().max_delete_fraction(1.0).check(false, 10, 10), None);
     }
 }

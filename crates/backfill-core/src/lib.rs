@@ -78,7 +78,7 @@ pub mod conformance;
 pub use counts::{Counts, Mode};
 pub use error::{BoxError, Error, Fatal, Field, Problem, Result, Transient};
 pub use fetch::{Fetch, Fetched, RecordStream};
-pub use guard::{Refusal, ReplaceGuard};
+pub use guard::{Refusal, ReplaceGuard, DEFAULT_MAX_DELETE_FRACTION};
 pub use job::{
     backfill, sync_day, BackfillError, Clock, DayReport, DayStatus, Event, FailedDay, FixedClock,
     Job, NotSelected, ParseShardError, Retry, RunReport, Select, Shard, Status, StopHandle,

@@ -43,6 +43,11 @@ pub(crate) fn to_py(error: Error) -> PyErr {
         Error::InvalidRecord { .. } | Error::WrongDay { .. } | Error::InvalidColumn(_) => {
             InvalidRecord::new_err(error.to_string())
         }
+        Error::Fetch { ref source, .. }
+            if source.downcast_ref::<crate::fetch::RecordRefused>().is_some() =>
+        {
+            InvalidRecord::new_err(error.to_string())
+        }
         Error::ReplaceRefused { .. } => ReplaceRefused::new_err(error.to_string()),
         Error::InvalidRange { .. } | Error::InvalidName { .. } => {
             PyValueError::new_err(error.to_string())

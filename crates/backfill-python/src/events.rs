@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use backfill_core::Event;
+use backfill_core::{Event, StopHandle};
 use chrono::NaiveDate;
 use pyo3::prelude::*;
 
@@ -11,26 +11,52 @@ use crate::report::{PyDayReport, PyRunReport};
 
 /// What a job's observer does with each event: a line of `logging`, then
 /// the user's callback, if any.
+///
+/// A `KeyboardInterrupt` raised in either (Ctrl-C lands in whatever Python
+/// code runs on the calling thread, and these run there) is the run's
+/// stop, never an error to log: see [`interrupted`].
 pub(crate) fn observer(
     callback: Option<Arc<Py<PyAny>>>,
+    stop: StopHandle,
 ) -> impl Fn(&Event<'_>) + Send + Sync + 'static {
     move |event| {
-        log_event(event);
+        log_event(event, &stop);
         if let Some(callback) = &callback {
             if let Some(event) = PyEvent::from_event(event) {
-                call(callback, event);
+                call(callback, event, &stop);
             }
         }
     }
 }
 
+/// Whether `e` is a `KeyboardInterrupt`; if so the run is stopped (no new
+/// day starts) and the interrupt handed back to the waiting call as a
+/// Ctrl-C of its own (`_thread.interrupt_main`), which raises it with the
+/// run's report once the days in flight are done, as for any Ctrl-C.
+fn interrupted(py: Python<'_>, e: &PyErr, stop: &StopHandle) -> bool {
+    if !e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+        return false;
+    }
+    stop.stop();
+    if let Err(e) = py
+        .import("_thread")
+        .and_then(|thread| thread.call_method0("interrupt_main"))
+    {
+        e.print(py);
+    }
+    true
+}
+
 /// Hands `event` to `callback`. An exception it raises is logged with its
 /// traceback (logger `backfill`, ERROR) and the run goes on: a callback
 /// watches a run, it does not steer it.
-fn call(callback: &Py<PyAny>, event: PyEvent) {
+fn call(callback: &Py<PyAny>, event: PyEvent, stop: &StopHandle) {
     Python::attach(|py| {
         let called = Py::new(py, event).and_then(|event| callback.call1(py, (event,)));
         if let Err(e) = called {
+            if interrupted(py, &e, stop) {
+                return;
+            }
             let text = crate::fetch::traceback_text(py, &e);
             let logged = py
                 .import("logging")
@@ -39,7 +65,9 @@ fn call(callback: &Py<PyAny>, event: PyEvent) {
                     logger.call_method1("error", (format!("on_event raised: {text}"),))
                 });
             if let Err(e) = logged {
-                e.print(py);
+                if !interrupted(py, &e, stop) {
+                    e.print(py);
+                }
             }
         }
     });
@@ -159,7 +187,7 @@ impl PyEvent {
 /// A day's events as lines of Python's `logging`, logger `backfill`: a
 /// synced day at INFO, a retry at WARNING, a failed day at ERROR (so that
 /// Airflow's and Dagster's log capture show them).
-fn log_event(event: &Event<'_>) {
+fn log_event(event: &Event<'_>, stop: &StopHandle) {
     let (level, line) = match event {
         Event::DayFinished { report } => {
             let c = &report.counts;
@@ -204,7 +232,9 @@ fn log_event(event: &Event<'_>) {
             .and_then(|logging| logging.call_method1("getLogger", ("backfill",)))
             .and_then(|logger| logger.call_method1(level, (line,)));
         if let Err(e) = logged {
-            e.print(py);
+            if !interrupted(py, &e, stop) {
+                e.print(py);
+            }
         }
     });
 }

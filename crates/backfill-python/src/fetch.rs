@@ -7,7 +7,7 @@ use backfill_core::{BoxError, Fetch, Fetched, Record};
 use chrono::{DateTime, NaiveDate, Utc};
 use pyo3::prelude::*;
 
-use crate::errors::Transient;
+use crate::errors::{InvalidRecord, Transient};
 use crate::record::{to_record, PyListing};
 
 /// Records a generator yields per chunk handed to the engine.
@@ -19,8 +19,12 @@ pub(crate) struct PyFetch {
 }
 
 /// A Python exception as a fetch error: its traceback's text, retryable
-/// when it is a `Transient`.
+/// when it is a `Transient`; a record the fetch yielded that breaks a
+/// rule is a [`RecordRefused`], raised as `InvalidRecord`.
 pub(crate) fn fetch_error(py: Python<'_>, e: PyErr) -> BoxError {
+    if e.is_instance_of::<InvalidRecord>(py) {
+        return Box::new(RecordRefused(e.value(py).to_string()));
+    }
     let transient = e.is_instance_of::<Transient>(py);
     let text = traceback_text(py, &e);
     let error: BoxError = text.into();
@@ -31,16 +35,47 @@ pub(crate) fn fetch_error(py: Python<'_>, e: PyErr) -> BoxError {
     }
 }
 
+/// A record a fetch yielded broke a rule (`InvalidRecord` while it was
+/// read): the day fails as for any record the engine refuses, and
+/// `sync_one_day` raises `InvalidRecord`.
+#[derive(Debug)]
+pub(crate) struct RecordRefused(pub(crate) String);
+
+impl std::fmt::Display for RecordRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RecordRefused {}
+
+/// An exception's own line first (`ValueError: upstream said no`, what a
+/// one-line view such as `str(status)` shows), then its traceback.
 pub(crate) fn traceback_text(py: Python<'_>, e: &PyErr) -> String {
     let formatted = py.import("traceback").and_then(|tb| {
-        tb.call_method1(
-            "format_exception",
-            (e.get_type(py), e.value(py), e.traceback(py)),
-        )?
-        .extract::<Vec<String>>()
+        let only = tb
+            .call_method1("format_exception_only", (e.get_type(py), e.value(py)))?
+            .extract::<Vec<String>>()?;
+        let all = tb
+            .call_method1(
+                "format_exception",
+                (e.get_type(py), e.value(py), e.traceback(py)),
+            )?
+            .extract::<Vec<String>>()?;
+        Ok::<_, PyErr>((only, all))
     });
     match formatted {
-        Ok(lines) => lines.concat().trim_end().to_owned(),
+        Ok((only, all)) => {
+            let line = only.concat();
+            let line = line.trim_end();
+            let all = all.concat();
+            let all = all.trim_end();
+            if all == line {
+                line.to_owned()
+            } else {
+                format!("{line}\n\n{all}")
+            }
+        }
         Err(_) => e.to_string(),
     }
 }

@@ -63,7 +63,7 @@ impl PyJob {
             .fail_fast(self.fail_fast)
             .dry_run(self.dry_run)
             .stop_handle(stop.clone())
-            .observer(observer(self.on_event.clone()));
+            .observer(observer(self.on_event.clone(), stop.clone()));
         if let Some(zone) = &self.time_zone {
             let zone: chrono_tz::Tz = zone
                 .parse()

@@ -41,7 +41,16 @@ where
             let mut future = std::pin::pin!(future);
             loop {
                 tokio::select! {
-                    out = &mut future => return out,
+                    out = &mut future => {
+                        // A Ctrl-C that arrived since the last look (or
+                        // one a callback handed back, `events::interrupted`)
+                        // is raised here, with the report, not by the
+                        // first line of Python after the call.
+                        if interrupted.is_none() {
+                            interrupted = Python::attach(|py| py.check_signals()).err();
+                        }
+                        return out;
+                    }
                     () = tokio::time::sleep(Duration::from_millis(100)) => {
                         if interrupted.is_none() {
                             if let Err(e) = Python::attach(|py| py.check_signals()) {

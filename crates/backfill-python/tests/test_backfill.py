@@ -332,6 +332,43 @@ def test_one_day_refused_by_the_guard_raises_replace_refused(store):
     assert len(store.rows()) == 3
 
 
+def test_replace_refuses_deleting_more_than_half_a_day_by_default(store):
+    day = JAN[0]
+    backfill.backfill(store, lambda d: orders(d, n=10), day, day)
+    # A listing missing 6 of 10 rows: refused unless the job allows it.
+    listing = lambda d: Listing(list(orders(d, n=10))[:4], as_of=at(d, 20))  # noqa: E731
+    with pytest.raises(backfill.ReplaceRefused, match="50.0%"):
+        Job(mode="replace").sync_one_day(store, listing, day)
+    assert len(store.rows()) == 10
+    report = Job(mode="replace", max_delete_fraction=1.0).sync_one_day(store, listing, day)
+    assert report.counts.deleted == 6
+
+
+def test_a_bad_record_from_sync_one_day_raises_invalid_record(store):
+    naive = dt.datetime(2026, 1, 1, 9)
+    for bad in [
+        {"key": "k", "event_date": JAN[0], "value": "v", "updated_at": naive},
+        {"key": "k\0", "event_date": JAN[0], "value": "v", "updated_at": at(JAN[0])},
+        {"key": "k", "event_date": JAN[0], "value": float("nan"), "updated_at": at(JAN[0])},
+        "not a record",
+    ]:
+        with pytest.raises(InvalidRecord) as raised:
+            sync_one_day(store, lambda d: [bad], JAN[0])
+        assert not isinstance(raised.value, backfill.StoreError)
+    assert store.rows() == []
+
+
+def test_status_shows_the_exception_line_of_a_failed_day(store):
+    def fetch(day):
+        raise RuntimeError("upstream returned HTTP 500")
+
+    with pytest.raises(BackfillError):
+        Job(retries=0).backfill(store, fetch, JAN[0], JAN[0])
+    line = [l for l in str(Job().status(store, JAN[0], JAN[0])).splitlines() if l.startswith("2026-01-01")][0]
+    assert "RuntimeError: upstream returned HTTP 500" in line, line
+    assert "Traceback" not in line
+
+
 def test_sync_one_day_takes_a_partition_key_string(store):
     # Dagster's `context.partition_key` and Airflow's `ds` are "YYYY-MM-DD".
     report = sync_one_day(store, fetch, "2026-01-05")
