@@ -152,9 +152,16 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
                 }
                 builder = builder.read_only(true);
             }
-            Ok(Box::new(
-                builder.open().await.map_err(|e| scrub(&e, e.to_string()))?,
-            ))
+            let store = builder.open().await.map_err(|e| scrub(&e, e.to_string()))?;
+            if access != Access::Read {
+                // A database another process holds the write lock on (past
+                // the busy timeout) is out of reach now: said before any
+                // day is fetched, not once per day.
+                store.check_write_lock().await.map_err(|e| {
+                    scrub(&e, format!("the database is locked by another writer: {e}"))
+                })?;
+            }
+            Ok(Box::new(store))
         }
         StoreUrl::Postgres(url) => {
             let mut builder = PostgresStore::builder()

@@ -1106,7 +1106,10 @@ async fn postgres_errors_read_like_the_server_and_status_finds_nothing_synced() 
     assert_eq!(code(&output), 3, "{}", show(&output));
     let err = text(&output.stderr);
     assert!(!err.contains("creating a new object"), "{err}");
-    assert!(err.contains("Connection refused"), "{err}");
+    assert!(
+        err.contains("the server at 127.0.0.1:1 refused the connection (server down?)"),
+        "{err}"
+    );
 
     let Some(url) = backfill_testkit::url().await else {
         return;
@@ -1474,6 +1477,69 @@ async fn an_unreachable_store_exits_3_and_a_refusing_one_exits_1() {
     let _ = holder.wait();
     assert_eq!(code(&output), 3, "{}", show(&output));
     assert!(text(&output.stderr).contains("locked"), "{}", show(&output));
+}
+
+/// A SQLite store that opens (WAL mode, its tables in place) while another
+/// process holds the write lock: exit 3 before any day is fetched, with
+/// the lock named, not one "database is locked" per day. Released, the
+/// same command runs.
+#[test]
+fn a_write_locked_sqlite_store_exits_3_and_fetches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let fetch = format!("sh -c 'touch fetched-$1; {} $1' sh {{day}}", sample());
+    let first = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--store",
+        "sqlite://busy.db",
+        "--fetch-cmd",
+        &fetch,
+    ]));
+    assert_eq!(code(&first), 0, "{}", show(&first));
+    for held in ["BEGIN IMMEDIATE", "BEGIN EXCLUSIVE"] {
+        let mut holder = Command::new("python3")
+            .arg("-c")
+            .arg(format!(
+                "import sqlite3, sys, time\n\
+                 c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+                 c.execute('{held}')\n\
+                 print('locked', flush=True)\n\
+                 time.sleep(60)\n"
+            ))
+            .arg(dir.path().join("busy.db"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line.trim(), "locked");
+        let output = run(range(&mut backfill(dir.path()), 2, 4).args([
+            "--store",
+            "sqlite://busy.db",
+            "--fetch-cmd",
+            &fetch,
+        ]));
+        let _ = holder.kill();
+        let _ = holder.wait();
+        assert_eq!(code(&output), 3, "{held}: {}", show(&output));
+        let err = text(&output.stderr);
+        assert!(err.contains("locked by another writer"), "{held}: {err}");
+        for day in 2..=4 {
+            assert!(
+                !dir.path().join(format!("fetched-{}", jan(day))).exists(),
+                "{held}: day {day} was fetched"
+            );
+        }
+    }
+    let after = run(range(&mut backfill(dir.path()), 2, 4).args([
+        "--store",
+        "sqlite://busy.db",
+        "--fetch-cmd",
+        &fetch,
+    ]));
+    assert_eq!(code(&after), 0, "{}", show(&after));
 }
 
 /// `backfill` alone prints its usage on stderr and exits 1, like every

@@ -134,6 +134,11 @@ mod tests {
             ReplaceGuard::default().check(false, 6, 10),
             Some(Refusal::TooLarge { max_fraction: 0.5 })
         );
-        assert_eq!(ReplaceGuard::default().max_delete_fraction(1.0).check(false, 10, 10), None);
+        assert_eq!(
+            ReplaceGuard::default()
+                .max_delete_fraction(1.0)
+                .check(false, 10, 10),
+            None
+        );
     }
 }

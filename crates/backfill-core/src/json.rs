@@ -162,7 +162,8 @@ impl<'t> Scanner<'t> {
             Some(b'f') => self.literal(out, "false"),
             Some(b'n') => self.literal(out, "null"),
             Some(b'-' | b'0'..=b'9') => {
-                let len = number_len(&self.bytes[self.at..]).ok_or_else(|| self.error("invalid number"))?;
+                let len = number_len(&self.bytes[self.at..])
+                    .ok_or_else(|| self.error("invalid number"))?;
                 out.extend_from_slice(&self.bytes[self.at..self.at + len]);
                 self.at += len;
                 Ok(())
@@ -349,7 +350,10 @@ mod tests {
             ("[ ]", "[]"),
             ("{ }", "{}"),
             (" null ", "null"),
-            ("12345678901234567890.123456789", "12345678901234567890.123456789"),
+            (
+                "12345678901234567890.123456789",
+                "12345678901234567890.123456789",
+            ),
             ("1.5e-300", "1.5e-300"),
             (r#""\ud83d\ude00\t""#, "\"😀\\t\""),
             (r#""\/""#, r#""/""#),
@@ -361,9 +365,31 @@ mod tests {
     #[test]
     fn what_is_not_one_json_value_is_refused() {
         for bad in [
-            "", " ", "[1,]", "{\"a\":1,}", "01", "1.", ".5", "-", "1e", "+1", "NaN", "Infinity",
-            "[1 2]", "{\"a\" 1}", "{1:2}", "\"a", "\"\\x\"", "\"\\ud800\"", "tru", "nul",
-            "1 2", "[", "]", "\"a\u{1}\"", "{\"a\":1}}",
+            "",
+            " ",
+            "[1,]",
+            "{\"a\":1,}",
+            "01",
+            "1.",
+            ".5",
+            "-",
+            "1e",
+            "+1",
+            "NaN",
+            "Infinity",
+            "[1 2]",
+            "{\"a\" 1}",
+            "{1:2}",
+            "\"a",
+            "\"\\x\"",
+            "\"\\ud800\"",
+            "tru",
+            "nul",
+            "1 2",
+            "[",
+            "]",
+            "\"a\u{1}\"",
+            "{\"a\":1}}",
         ] {
             assert!(canonical(bad).is_err(), "{bad:?}");
         }
@@ -410,7 +436,9 @@ mod tests {
             any::<bool>().prop_map(Value::Bool),
             any::<i64>().prop_map(Value::from),
             any::<u64>().prop_map(Value::from),
-            any::<f64>().prop_filter("finite", |x| x.is_finite()).prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |x| x.is_finite())
+                .prop_map(Value::from),
             "\\PC{0,8}".prop_map(Value::String),
             "[\"\\\\\n\t\u{1}\u{7f}é]{0,4}".prop_map(Value::String),
         ];

@@ -58,12 +58,12 @@
 
 pub mod adapter;
 pub mod columns;
-pub mod json;
 mod counts;
 mod error;
 mod fetch;
 mod guard;
 mod job;
+pub mod json;
 mod ledger;
 mod memory;
 mod record;

@@ -206,8 +206,9 @@ impl PostgresStoreBuilder {
             .connect_timeout
             .or_else(|| config.get_connect_timeout().copied())
             .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        let server = crate::error::server_of(&config);
         let manager = self.manager(config)?;
-        self.pool_from(manager, timeout).await
+        self.pool_from(manager, timeout, server).await
     }
 
     /// The pool's manager: TLS if set, else plain text.
@@ -232,14 +233,19 @@ impl PostgresStoreBuilder {
         self
     }
 
-    async fn pool_from(self, manager: Manager, timeout: Duration) -> Result<PostgresStore> {
+    async fn pool_from(
+        self,
+        manager: Manager,
+        timeout: Duration,
+        server: Option<String>,
+    ) -> Result<PostgresStore> {
         let pool = Pool::builder(manager)
             .max_size(self.pool_size)
             .runtime(Runtime::Tokio1)
             .create_timeout(Some(timeout))
             .build()
             .map_err(open_error)?;
-        self.open_on(pool).await
+        self.open_on(pool, server).await
     }
 
     /// Opens the store on your own pool (any TLS setup, any pool size).
@@ -259,16 +265,16 @@ impl PostgresStoreBuilder {
                  connect_pool makes its own (set TLS up on the pool, or use connect)",
             ));
         }
-        self.open_on(pool).await
+        self.open_on(pool, None).await
     }
 
-    async fn open_on(self, pool: Pool) -> Result<PostgresStore> {
+    async fn open_on(self, pool: Pool, server: Option<String>) -> Result<PostgresStore> {
         self.check_names()?;
         let columns = Columns::new(self.columns.clone())?;
         let (schema, name) = (self.schema.as_str(), self.table.as_str());
         let mut client = pool.get().await.map_err(|e| match e {
             PoolError::Timeout(_) => no_answer(create_timeout(&pool)),
-            e => open_error(e),
+            e => open_error(crate::error::unpooled(e, server.as_deref())),
         })?;
         let tx = client.transaction().await.map_err(open_error)?;
         migrate::prepare(
@@ -288,6 +294,7 @@ impl PostgresStoreBuilder {
             page_rows: self.page_rows,
             page_bytes: self.page_bytes,
             columns: Arc::new(columns),
+            server: server.map(Into::into),
         })
     }
 

@@ -43,13 +43,70 @@ pub(crate) fn pg_error(e: tokio_postgres::Error) -> Error {
 }
 
 /// A pool error met while reading or writing: no connection to be had.
-pub(crate) fn pool_error(e: PoolError) -> Error {
+/// `server` is where the store connects (`host:port`), when it made the
+/// pool itself.
+pub(crate) fn pool_error(e: PoolError, server: Option<&str>) -> Error {
     let retryable = match &e {
         PoolError::Backend(pg) => retryable(pg),
         PoolError::Timeout(_) => true,
         _ => false,
     };
-    Error::backend(BACKEND, retryable, e)
+    Error::backend(BACKEND, retryable, unpooled(e, server))
+}
+
+/// What a pool error says happened, without the pool's own wording ("Error
+/// occurred while creating a new object"): a refused or failed connection
+/// named by the server's address, the server's own error as it is.
+pub(crate) fn unpooled(e: PoolError, server: Option<&str>) -> backfill_core::BoxError {
+    use std::io::{Error as IoError, ErrorKind};
+    let at = server.map_or_else(|| "the server".to_owned(), |s| format!("the server at {s}"));
+    // An I/O error of the same kind, so that a caller can still tell a
+    // refused or timed-out connection by its kind.
+    let io = |kind: ErrorKind, text: String| -> backfill_core::BoxError {
+        Box::new(IoError::new(kind, text))
+    };
+    match e {
+        PoolError::Backend(pg) => {
+            let cause = std::error::Error::source(&pg).and_then(|s| s.downcast_ref::<IoError>());
+            match cause {
+                Some(cause) if cause.kind() == ErrorKind::ConnectionRefused => io(
+                    ErrorKind::ConnectionRefused,
+                    format!("{at} refused the connection (server down?)"),
+                ),
+                Some(cause) if cause.kind() == ErrorKind::TimedOut => io(
+                    ErrorKind::TimedOut,
+                    format!("{at} did not answer (connect_timeout)"),
+                ),
+                // The system's words first (a name that does not resolve
+                // is told by them), then where.
+                Some(cause) => io(cause.kind(), format!("{cause} (connecting to {at})")),
+                None => Box::new(pg),
+            }
+        }
+        PoolError::Timeout(_) => io(
+            ErrorKind::TimedOut,
+            format!("no connection to {at} within the pool's timeout"),
+        ),
+        PoolError::Closed => "the store's connection pool is closed".into(),
+        PoolError::NoRuntimeSpecified => "the connection pool has no runtime".into(),
+        PoolError::PostCreateHook(e) => format!("the pool's post-create hook failed: {e}").into(),
+    }
+}
+
+/// Where a config connects, as `host:port` (the first host and port), for
+/// messages.
+pub(crate) fn server_of(config: &tokio_postgres::Config) -> Option<String> {
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    match config.get_hosts().first()? {
+        tokio_postgres::config::Host::Tcp(host) if host.contains(':') => {
+            Some(format!("[{host}]:{port}"))
+        }
+        tokio_postgres::config::Host::Tcp(host) => Some(format!("{host}:{port}")),
+        #[cfg(unix)]
+        tokio_postgres::config::Host::Unix(dir) => {
+            Some(format!("{}/.s.PGSQL.{port}", dir.display()))
+        }
+    }
 }
 
 /// A connection the pool could not make within its connect timeout (the
@@ -70,6 +127,45 @@ pub(crate) fn open_error(e: impl Into<backfill_core::BoxError>) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server that is not there: the store says so in its own words,
+    /// with the address, and the error still reads as unreachable.
+    #[tokio::test]
+    async fn a_refused_connection_names_the_server_not_the_pool() {
+        let store = crate::PostgresStore::builder()
+            .connect("postgres://app@127.0.0.1:1/db?connect_timeout=5")
+            .await;
+        let e = store.expect_err("nothing listens on port 1");
+        let text = e.to_string();
+        assert_eq!(
+            text,
+            "postgres: cannot open the store: the server at 127.0.0.1:1 refused the connection (server down?)"
+        );
+        let backfill_core::Error::Open { source, .. } = &e else {
+            panic!("{e:?}");
+        };
+        let io = source
+            .downcast_ref::<std::io::Error>()
+            .expect("an I/O error");
+        assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
+
+        // Met while reading or writing, as when the server stops mid-run.
+        let config: tokio_postgres::Config = "postgres://app@127.0.0.1:1/db".parse().unwrap();
+        let pool = deadpool_postgres::Pool::builder(deadpool_postgres::Manager::new(
+            config.clone(),
+            tokio_postgres::NoTls,
+        ))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .unwrap();
+        let e = pool.get().await.expect_err("refused");
+        let e = pool_error(e, server_of(&config).as_deref());
+        assert!(e.is_retryable());
+        assert_eq!(
+            e.to_string(),
+            "postgres: the server at 127.0.0.1:1 refused the connection (server down?)"
+        );
+    }
 
     #[test]
     fn the_classification_table() {

@@ -33,6 +33,9 @@ pub struct PostgresStore {
     pub(crate) page_rows: usize,
     pub(crate) page_bytes: usize,
     pub(crate) columns: Arc<Columns>,
+    /// Where the pool connects (`host:port`), for messages; `None` for a
+    /// pool the user built.
+    pub(crate) server: Option<Arc<str>>,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -79,7 +82,10 @@ impl PostgresStore {
     }
 
     pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object> {
-        self.pool.get().await.map_err(pool_error)
+        self.pool
+            .get()
+            .await
+            .map_err(|e| pool_error(e, self.server.as_deref()))
     }
 
     async fn read(

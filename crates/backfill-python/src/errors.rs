@@ -44,7 +44,9 @@ pub(crate) fn to_py(error: Error) -> PyErr {
             InvalidRecord::new_err(error.to_string())
         }
         Error::Fetch { ref source, .. }
-            if source.downcast_ref::<crate::fetch::RecordRefused>().is_some() =>
+            if source
+                .downcast_ref::<crate::fetch::RecordRefused>()
+                .is_some() =>
         {
             InvalidRecord::new_err(error.to_string())
         }

@@ -246,7 +246,9 @@ fn write_json(out: &mut Vec<u8>, value: &Bound<'_, PyAny>, depth: usize) -> PyRe
     } else if value.is_instance_of::<PyFloat>() {
         let x: f64 = value.extract()?;
         if !x.is_finite() {
-            return Err(not_json(format!("out of range float values are not JSON compliant: {x}")));
+            return Err(not_json(format!(
+                "out of range float values are not JSON compliant: {x}"
+            )));
         }
         write_number_text(out, &builtins(py)?.float_repr.bind(py).call1((value,))?)?;
     } else if value.is_instance(builtins(py)?.decimal.bind(py))? {
@@ -294,13 +296,31 @@ fn write_key(out: &mut Vec<u8>, key: &Bound<'_, PyAny>) -> PyResult<()> {
     } else if key.is_none() {
         write_str(out, "null");
     } else if key.is_instance_of::<PyInt>() {
-        write_str(out, &builtins(py)?.int_repr.bind(py).call1((key,))?.str()?.to_cow()?);
+        write_str(
+            out,
+            &builtins(py)?
+                .int_repr
+                .bind(py)
+                .call1((key,))?
+                .str()?
+                .to_cow()?,
+        );
     } else if key.is_instance_of::<PyFloat>() {
         let x: f64 = key.extract()?;
         if !x.is_finite() {
-            return Err(not_json(format!("out of range float values are not JSON compliant: {x}")));
+            return Err(not_json(format!(
+                "out of range float values are not JSON compliant: {x}"
+            )));
         }
-        write_str(out, &builtins(py)?.float_repr.bind(py).call1((key,))?.str()?.to_cow()?);
+        write_str(
+            out,
+            &builtins(py)?
+                .float_repr
+                .bind(py)
+                .call1((key,))?
+                .str()?
+                .to_cow()?,
+        );
     } else {
         return Err(pyo3::exceptions::PyTypeError::new_err(format!(
             "keys must be str, int, float, bool or None, not {}",
@@ -316,7 +336,9 @@ fn write_number_text(out: &mut Vec<u8>, text: &Bound<'_, PyAny>) -> PyResult<()>
     // `repr` and `str` of Python's numbers are JSON numbers (`1e+16`,
     // `1E+3`, `-0`); anything else is refused here rather than stored.
     if backfill_core::json::canonical(&text).as_deref() != Ok(&*text) {
-        return Err(not_json(format!("a number that is not a JSON number: {text}")));
+        return Err(not_json(format!(
+            "a number that is not a JSON number: {text}"
+        )));
     }
     out.extend_from_slice(text.as_bytes());
     Ok(())

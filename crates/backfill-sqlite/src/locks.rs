@@ -34,7 +34,10 @@
 //! A kernel without OFD locks (`EINVAL`) gets the POSIX locks back for
 //! every later call. Other systems keep SQLite's own calls.
 
-#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
 pub(crate) use imp::install;
 #[cfg(all(
     test,
@@ -66,15 +69,24 @@ pub(crate) fn keep_wal(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
     if rc == rusqlite::ffi::SQLITE_OK {
         Ok(())
     } else {
-        Err(rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rc), None))
+        Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rc),
+            None,
+        ))
     }
 }
 
 /// Nothing to install where OFD locks are not available.
-#[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
 pub(crate) fn install() {}
 
-#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
 #[allow(unsafe_code)]
 mod imp {
     use std::ffi::{c_int, c_void};
@@ -153,7 +165,9 @@ mod imp {
     fn owners() -> std::sync::MutexGuard<'static, Vec<Owner>> {
         // The list stays consistent whatever panicked while it was held:
         // every change is one push or one retain.
-        OWNERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        OWNERS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn file_id(fd: c_int) -> Option<(u64, u64)> {

@@ -179,6 +179,25 @@ impl SqliteStore {
         .await
     }
 
+    /// Waits, up to the [busy timeout](SqliteStoreBuilder::busy_timeout),
+    /// for SQLite's write lock, and gives it back at once: whether a day
+    /// could be written now. Another process holding the lock past the
+    /// timeout (a `BEGIN IMMEDIATE`, an `EXCLUSIVE` transaction) is a
+    /// retryable [`Error::Backend`] (busy); nothing is written either way.
+    /// The command line checks this before it fetches anything.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`]: busy or locked (retryable), read-only, or an
+    /// unusable connection.
+    pub async fn check_write_lock(&self) -> Result<()> {
+        self.with_conn(|conn, _| {
+            conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK")
+                .map_err(crate::error::backend)
+        })
+        .await
+    }
+
     /// Runs `f` with the connection on the blocking pool.
     async fn with_conn<T, F>(&self, f: F) -> Result<T>
     where
