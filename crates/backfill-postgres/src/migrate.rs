@@ -52,10 +52,18 @@ pub(crate) async fn prepare(
     let mut dropping = changing(&found, typed, changes)?;
     check(schema, name, &found, typed, &dropping)?;
     let adding = absent(&found, typed, &dropping)?;
-    if found.complete() && adding.is_empty() && dropping.is_empty() {
+    let missing_indexes = unindexed(&found, typed);
+    if found.complete() && adding.is_empty() && dropping.is_empty() && missing_indexes.is_empty() {
         return Ok(());
     }
     if !create {
+        if let (true, Some(column)) = (found.complete(), missing_indexes.first()) {
+            return Err(open_error(format!(
+                "table {} has no index on the typed column \"{column}\" its declaration \
+                 indexes, and this store may not create it (create_if_missing(false))",
+                sql::qualified(schema, name),
+            )));
+        }
         if let Some(column) = dropping.first() {
             return Err(open_error(format!(
                 "table {} has the typed column \"{column}\" as the declaration does not, and \
@@ -93,7 +101,26 @@ pub(crate) async fn prepare(
     if !adding.is_empty() {
         add_columns(tx, schema, name, &adding).await?;
     }
-    // What exists now must be what the store creates, index and
+    // A declared index missing from a table that exists (made before, or
+    // by someone else): made now, under a name of its own.
+    found = schema::inspect(&**tx, schema, name)
+        .await
+        .map_err(open_error)?;
+    for column in unindexed(&found, typed) {
+        let index = sql::index_name(name, &column);
+        tx.batch_execute(&sql::create_column_index(schema, name, &column, false))
+            .await
+            .map_err(|e| {
+                open_error(format!(
+                    "cannot create the index \"{index}\" on the typed column \"{column}\" of \
+                     {}: {}",
+                    sql::qualified(schema, name),
+                    e.as_db_error()
+                        .map_or_else(|| e.to_string(), ToString::to_string)
+                ))
+            })?;
+    }
+    // What exists now must be what the store creates, indexes and
     // version included.
     found = schema::inspect(&**tx, schema, name)
         .await
@@ -102,7 +129,27 @@ pub(crate) async fn prepare(
     if !found.complete() {
         return Err(open_error(missing(schema, name, &found)));
     }
+    if let Some(column) = unindexed(&found, typed).first() {
+        return Err(open_error(format!(
+            "table {} has no index on the typed column \"{column}\" after creating it",
+            sql::qualified(schema, name),
+        )));
+    }
     Ok(())
+}
+
+/// The typed columns the declaration indexes that the existing table has
+/// without an index.
+fn unindexed(found: &Found, typed: &Columns) -> Vec<String> {
+    let Some(table) = &found.table else {
+        return Vec::new();
+    };
+    typed
+        .iter()
+        .filter(|c| c.is_indexed() && table.has_column(c.name()))
+        .filter(|c| !table.indexed.iter().any(|i| i == c.name()))
+        .map(|c| c.name().to_owned())
+        .collect()
 }
 
 /// With `changes` (the builder's `allow_column_changes`), the columns of

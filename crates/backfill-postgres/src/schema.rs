@@ -236,6 +236,8 @@ pub(crate) struct Table {
     primary_key: Option<Vec<String>>,
     checks: Vec<(Vec<String>, String)>,
     pub(crate) event_date_index: bool,
+    /// The columns that lead a valid btree index.
+    pub(crate) indexed: Vec<String>,
 }
 
 impl Table {
@@ -330,12 +332,19 @@ async fn relation(
         .query_one(sql::HAS_EVENT_DATE_INDEX, &[&oid])
         .await?
         .get(0);
+    let indexed = client
+        .query(sql::INDEXED_COLUMNS, &[&oid])
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
     Ok(Some(Table {
         kind,
         columns,
         primary_key,
         checks,
         event_date_index,
+        indexed,
     }))
 }
 
@@ -568,6 +577,7 @@ mod tests {
                 .map(|(column, definition)| (vec![(*column).into()], definition.clone()))
                 .collect(),
             event_date_index: false,
+            indexed: Vec::new(),
         }
     }
 
@@ -604,6 +614,7 @@ mod tests {
                 ),
             ],
             event_date_index: true,
+            indexed: Vec::new(),
             ..shaped(Shape::RecordsV1)
         }
     }

@@ -92,20 +92,65 @@ pub(crate) fn create_table(schema: &str, table: &str, typed: &Columns) -> String
 }
 
 /// `CREATE INDEX IF NOT EXISTS` on each indexed typed column, named
-/// `<table>:<column>` (no table's name has a `:`).
+/// [`index_name`].
 pub(crate) fn create_column_indexes(schema: &str, table: &str, typed: &Columns) -> Vec<String> {
     typed
         .iter()
         .filter(|c| c.is_indexed())
-        .map(|c| {
-            format!(
-                r#"CREATE INDEX IF NOT EXISTS "{table}:{column}" ON {t} ("{column}")"#,
-                column = c.name(),
-                t = qualified(schema, table)
-            )
-        })
+        .map(|c| create_column_index(schema, table, c.name(), true))
         .collect()
 }
+
+/// `CREATE INDEX` on one typed column; `if_not_exists` for a table made
+/// or columns added in this transaction, without it where an index is
+/// found missing (so that a relation of its name is an error, not a
+/// silent skip).
+pub(crate) fn create_column_index(
+    schema: &str,
+    table: &str,
+    column: &str,
+    if_not_exists: bool,
+) -> String {
+    format!(
+        r#"CREATE INDEX {}"{}" ON {} ("{column}")"#,
+        if if_not_exists { "IF NOT EXISTS " } else { "" },
+        index_name(table, column),
+        qualified(schema, table)
+    )
+}
+
+/// The longest name Postgres keeps (`NAMEDATALEN - 1`); longer ones are
+/// cut, which would make two columns' index names one.
+pub(crate) const MAX_NAME_BYTES: usize = 63;
+
+/// The name of a typed column's index: `<table>:<column>` (no table's name
+/// has a `:`), or, when that is longer than [`MAX_NAME_BYTES`], its first
+/// bytes, `~` and a hash of the whole, so that every column of every
+/// table has a name of its own that the server keeps as it is.
+pub(crate) fn index_name(table: &str, column: &str) -> String {
+    let full = format!("{table}:{column}");
+    if full.len() <= MAX_NAME_BYTES {
+        return full;
+    }
+    // FNV-1a over the whole name: stable across releases and platforms.
+    let hash = full.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let suffix = format!("~{hash:016x}");
+    let mut end = MAX_NAME_BYTES - suffix.len();
+    while !full.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{suffix}", &full[..end])
+}
+
+/// The columns of a table that lead a valid, whole btree index.
+pub(crate) const INDEXED_COLUMNS: &str = "\
+SELECT DISTINCT a.attname::text FROM pg_index i
+JOIN pg_class ic ON ic.oid = i.indexrelid
+JOIN pg_am am ON am.oid = ic.relam
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+WHERE i.indrelid = $1 AND i.indisvalid AND i.indpred IS NULL AND am.amname = 'btree'";
 
 /// The step from schema version 1 (the release before tombstones) to 2:
 /// the `deleted` column, appended. Every existing row stays, live. Adding
@@ -652,6 +697,27 @@ mod tests {
         assert!(docs.contains(&format!(
             "INSERT INTO \"schema\".backfill_tables VALUES ('table', {SCHEMA_VERSION});"
         )));
+    }
+
+    #[test]
+    fn index_names_fit_and_differ() {
+        assert_eq!(index_name("orders", "total"), "orders:total");
+        let table = "t".repeat(60);
+        let (a, b) = (
+            index_name(&table, "customer_id"),
+            index_name(&table, "customer_name"),
+        );
+        assert_ne!(a, b);
+        assert!(
+            a.len() <= MAX_NAME_BYTES && b.len() <= MAX_NAME_BYTES,
+            "{a} {b}"
+        );
+        assert!(a.starts_with("tttt") && a.contains('~'));
+        // Multi-byte characters are never cut in the middle.
+        let wide = "é".repeat(40);
+        let name = index_name(&wide, "c");
+        assert!(name.len() <= MAX_NAME_BYTES);
+        assert_eq!(index_name(&wide, "c"), name, "stable");
     }
 
     #[test]

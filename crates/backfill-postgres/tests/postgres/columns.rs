@@ -455,3 +455,89 @@ async fn a_column_declared_later_is_added_and_filled_from_the_rows() {
     .unwrap();
     assert_eq!(again.unchanged, 1);
 }
+
+/// Indexed columns of a table whose name is long: each index gets a name
+/// the server keeps (no two cut to the same 63 bytes), an index found
+/// missing on open is made again, and a relation already holding an
+/// index's name is refused on open, naming it.
+#[tokio::test]
+async fn indexes_of_a_long_table_name_each_exist() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let schema = testkit::unique_schema();
+    let table = format!("orders_{}", "x".repeat(50));
+    let columns = || {
+        vec![
+            Column::parse("customer_identifier:text?")
+                .unwrap()
+                .indexed(true),
+            Column::parse("customer_information:text?")
+                .unwrap()
+                .indexed(true),
+        ]
+    };
+    let open = || {
+        PostgresStore::builder()
+            .schema(&schema)
+            .table(&table)
+            .columns(columns())
+            .connect(&url)
+    };
+    let store = open().await.unwrap();
+    let admin = super::admin(&url).await;
+    let count = |column: &'static str| {
+        let (admin, schema, table) = (&admin, &schema, &table);
+        async move {
+            admin
+                .query_one(
+                    "SELECT count(*) FROM pg_index i
+                     JOIN pg_class t ON t.oid = i.indrelid
+                     JOIN pg_namespace n ON n.oid = t.relnamespace
+                     JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = i.indkey[0]
+                     WHERE n.nspname = $1 AND t.relname = $2 AND a.attname = $3",
+                    &[schema, table, &column],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    };
+    assert_eq!(count("customer_identifier").await, 1);
+    assert_eq!(count("customer_information").await, 1);
+    drop(store);
+
+    // An index dropped behind the store's back is made again on open.
+    let names: Vec<String> = admin
+        .query(
+            "SELECT indexname::text FROM pg_indexes WHERE schemaname = $1 AND indexname LIKE '%~%'",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    admin
+        .batch_execute(&format!(r#"DROP INDEX "{schema}"."{}""#, names[0]))
+        .await
+        .unwrap();
+    drop(open().await.unwrap());
+    assert_eq!(count("customer_identifier").await, 1);
+    assert_eq!(count("customer_information").await, 1);
+
+    // A relation of the index's name: the open is refused, naming it.
+    let victim = names[0].clone();
+    admin
+        .batch_execute(&format!(
+            r#"DROP INDEX "{schema}"."{victim}"; CREATE TABLE "{schema}"."{victim}" (x int)"#
+        ))
+        .await
+        .unwrap();
+    let err = open().await.unwrap_err().to_string();
+    assert!(
+        err.contains(&victim) && err.contains("already exists"),
+        "{err}"
+    );
+}
