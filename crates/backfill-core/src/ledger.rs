@@ -112,6 +112,24 @@ impl Digest {
         Some(Self(bytes))
     }
 
+    /// This digest marked as one of a day whose batch holds records of
+    /// other days (`--lenient-event-dates`): its first bit set, which
+    /// [`Digest::of`] never sets. Such a day's digest describes rows stored
+    /// under other days, so [`purge_tombstones`](crate::Store::purge_tombstones)
+    /// writes [`Digest::PURGED`] over every marked digest whenever it
+    /// removes a tombstone, whichever day the tombstone was stored under.
+    pub fn covering_other_days(self) -> Self {
+        let mut bytes = self.0;
+        bytes[0] |= 0x80;
+        Self(bytes)
+    }
+
+    /// Whether the digest is [marked](Digest::covering_other_days) as one
+    /// of a batch holding records of other days.
+    pub fn covers_other_days(self) -> bool {
+        self.0[0] & 0x80 != 0
+    }
+
     /// The digest of a day's records, sorted by key with unique keys (as a
     /// [`DayWrite`](crate::DayWrite) hands them out, and as a day's rows
     /// read back from a store come).
@@ -143,7 +161,10 @@ impl DigestBuilder {
     }
 
     pub(crate) fn finish(&self) -> Digest {
-        Digest(self.0.digest128().to_be_bytes())
+        let mut bytes = self.0.digest128().to_be_bytes();
+        // The first bit is the mark of `Digest::covering_other_days`.
+        bytes[0] &= 0x7f;
+        Digest(bytes)
     }
 }
 

@@ -201,11 +201,16 @@ impl Store for MemoryStore {
             !purged
         });
         let purged = (count - state.rows.len()) as u64;
-        // The days whose tombstones went: their digest no longer describes
-        // what is stored.
-        for day in &touched {
-            if let Some(synced) = state.days.get_mut(day).and_then(|e| e.synced.as_mut()) {
-                synced.digest = Digest::PURGED;
+        // The days whose tombstones went, and every day whose batch held
+        // records of other days (one of them may be what it covered): their
+        // digest no longer describes what is stored.
+        if purged > 0 {
+            for (day, entry) in state.days.iter_mut() {
+                if let Some(synced) = entry.synced.as_mut() {
+                    if touched.contains(day) || synced.digest.covers_other_days() {
+                        synced.digest = Digest::PURGED;
+                    }
+                }
             }
         }
         Ok(purged)

@@ -210,7 +210,8 @@ where
     if let Some(ahead) = day.ahead().filter(|_| options.skips_unchanged()) {
         let last = store.ledger(date..=date).await?;
         let applied = last.first().and_then(|entry| entry.synced.as_ref());
-        if applied.is_some_and(|synced| synced.digest == ahead.digest) {
+        // `day.digest()`: the ahead digest with its mark, as the ledger has it.
+        if applied.is_some_and(|synced| synced.digest == day.digest()) {
             return Ok(Counts {
                 skipped: ahead.records,
                 collapsed: ahead.collapsed,

@@ -653,7 +653,10 @@ WITH doomed AS (
 ), digests AS (
     UPDATE {days} SET digest = '{purged}'
     WHERE records_table = {name} AND digest IS NOT NULL
-      AND day IN (SELECT event_date FROM purged)
+      AND (day IN (SELECT event_date FROM purged)
+        -- A day whose batch held records of other days (its digest's
+        -- first bit set, hex 8 to f) may have covered any of them.
+        OR (digest >= '8' COLLATE "C" AND EXISTS (SELECT 1 FROM purged)))
 )
 SELECT count(*) FROM purged"#,
                 purged = backfill_core::Digest::PURGED

@@ -536,7 +536,9 @@ pub(crate) struct Statements {
     /// Tombstones older than an instant, removed.
     pub(crate) purge: String,
     /// Before [`Statements::purge`], in its transaction: the digest of
-    /// every day whose tombstones it removes becomes
+    /// every day whose tombstones it removes, and of every day whose batch
+    /// held records of other days (a digest marked by its first bit, hex
+    /// `8`–`f`) when it removes any, becomes
     /// [`Digest::PURGED`](backfill_core::Digest::PURGED).
     pub(crate) purge_digests: String,
 }
@@ -659,8 +661,10 @@ ON CONFLICT (records_table, day) DO UPDATE SET
             purge: format!(r#"DELETE FROM "{table}" WHERE deleted = 1 AND updated_at < ?1"#),
             purge_digests: format!(
                 r#"UPDATE {DAYS} SET digest = '{purged}'
-WHERE records_table = '{table}' AND digest IS NOT NULL AND day IN (
-    SELECT DISTINCT event_date FROM "{table}" WHERE deleted = 1 AND updated_at < ?1)"#,
+WHERE records_table = '{table}' AND digest IS NOT NULL AND (day IN (
+    SELECT DISTINCT event_date FROM "{table}" WHERE deleted = 1 AND updated_at < ?1)
+  OR (substr(digest, 1, 1) >= '8' AND EXISTS (
+    SELECT 1 FROM "{table}" WHERE deleted = 1 AND updated_at < ?1)))"#,
                 purged = backfill_core::Digest::PURGED
             ),
         }

@@ -380,3 +380,59 @@ pub async fn purge_invalidates_the_digests_of_the_days_it_touched(store: &dyn St
         "a day the purge did not touch is still skipped"
     );
 }
+
+/// A day fetched with lenient event dates whose batch holds a tombstone of
+/// another day: a purge that removes that tombstone (stored under the
+/// other day) invalidates this day's digest too, so its next
+/// `skip_unchanged` run is applied and puts the tombstone back, as a plain
+/// re-run does; a stale re-delivery of the key stays stale.
+pub async fn purge_invalidates_a_day_that_held_another_days_tombstone(store: &dyn Store) {
+    let (fetched, stored_under) = (day(570), day(569));
+    let k = |s: &str| format!("ledger-purge-lenient/{s}");
+    let batch = || {
+        vec![
+            rec(&k("live"), fetched, "v", at(1)),
+            tomb(&k("gone"), stored_under, at(2)),
+        ]
+    };
+    let lenient = WriteOptions::default()
+        .skip_unchanged(true)
+        .event_dates(crate::EventDates::Lenient);
+    let first = upsert_stamped(store, fetched, batch(), lenient, stamp(5, "first"))
+        .await
+        .unwrap();
+    assert_eq!((first.inserted, first.deleted), (1, 1));
+    let unchanged = upsert_stamped(store, fetched, batch(), lenient, stamp(6, "unchanged"))
+        .await
+        .unwrap();
+    assert_eq!(unchanged.skipped, 2, "an unchanged lenient day is skipped");
+
+    assert_eq!(store.purge_tombstones(at(10)).await.unwrap(), 1);
+    let synced = ledger_of(store, fetched).await.unwrap().synced.unwrap();
+    assert_eq!(
+        synced.digest,
+        Digest::PURGED,
+        "the day that covered the tombstone"
+    );
+
+    let again = upsert_stamped(store, fetched, batch(), lenient, stamp(7, "again"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.skipped, again.deleted, again.unchanged),
+        (0, 1, 1),
+        "applied again, its tombstone restored"
+    );
+    let stale = rec(&k("gone"), stored_under, "stale", at(1));
+    let late = upsert_stamped(
+        store,
+        stored_under,
+        vec![stale],
+        WriteOptions::default(),
+        stamp(8, "late"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(late.stale, 1, "a stale re-delivery stays stale");
+    assert!(store.get(&k("gone")).await.unwrap().is_none());
+}

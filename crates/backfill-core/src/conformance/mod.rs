@@ -132,6 +132,7 @@ macro_rules! conformance_tests {
             concurrent_runs_of_a_day_leave_one_consistent_row,
             unchanged_batches_are_skipped_by_digest,
             purge_invalidates_the_digests_of_the_days_it_touched,
+            purge_invalidates_a_day_that_held_another_days_tombstone,
             job_records_failures_and_dry_runs_write_nothing,
             // stream.rs: streamed days
             streamed_day_equals_one_batch,

@@ -357,13 +357,22 @@ impl DayWrite {
     /// start for a day fetched whole, and of the records read so far for a
     /// streamed one (the day's, once [`DayWrite::is_done`]). Either way it
     /// equals [`Digest::of`] the same records.
+    ///
+    /// A day whose records include some of other days (lenient event
+    /// dates) has its digest [marked](Digest::covering_other_days), so that
+    /// a purge of any tombstone makes its next skip-unchanged run apply.
     pub fn digest(&self) -> Digest {
-        match &self.pages {
+        let digest = match &self.pages {
             Pages::Whole { digest, .. } => *digest,
             Pages::Runs {
                 ahead: Some(ahead), ..
             } => ahead.digest,
             Pages::Runs { digest, .. } => digest.finish(),
+        };
+        if self.days.iter().any(|d| *d != self.day) {
+            digest.covering_other_days()
+        } else {
+            digest
         }
     }
 
