@@ -300,6 +300,23 @@
 //! `a` and `A` are one row under `COLLATE NOCASE`; a non-STRICT `INTEGER`
 //! column turns `"042"` into 42).
 //!
+//! # Other SQLite connections to the file
+//!
+//! Any SQLite tool may read and write the file while a store is open, in
+//! another process or in this one (Python's `sqlite3` module beside the
+//! package is a second copy of SQLite in one process). Two copies of SQLite
+//! in a process ordinarily undo each other's POSIX locks: closing one
+//! copy's connection releases the other's, which may then see its `-wal`
+//! deleted under it. On Linux this crate's SQLite takes its locks as
+//! open-file-description locks (`F_OFD_SETLK`, through the VFS's
+//! `xSetSystemCall`), which the other copy sees as another process's and
+//! cannot release, and keeps the `-wal` and `-shm` files when a store
+//! closes (`SQLITE_FCNTL_PERSIST_WAL`). The replacement is installed when
+//! the process opens its first store; a connection this copy of SQLite
+//! opened before that (through rusqlite directly) keeps the locks it took.
+//! Elsewhere SQLite's own locks are kept: there, open your own connection
+//! to a store's file from another process.
+//!
 //! # Which errors retry
 //!
 //! A job retries a day whose error
