@@ -54,7 +54,14 @@ impl<'de> Deserialize<'de> for Payload {
         // The value's own text, checked by serde_json: numbers are kept
         // from it digit for digit, never parsed into a number type.
         let raw = <&'de RawValue>::deserialize(d)?.get();
-        if raw.starts_with('"') {
+        if let Some(inner) = raw.strip_prefix('"') {
+            // Checked JSON: a string without escapes is its own text
+            // between the quotes.
+            if !inner.contains('\\') {
+                if let Some(text) = inner.strip_suffix('"') {
+                    return Ok(Payload::Text(text.to_owned()));
+                }
+            }
             let Text(text) = serde_json::from_str(raw).map_err(de::Error::custom)?;
             return Ok(Payload::Text(text.into_owned()));
         }
