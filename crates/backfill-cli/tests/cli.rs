@@ -1446,27 +1446,7 @@ async fn an_unreachable_store_exits_3_and_a_refusing_one_exits_1() {
 
     // A SQLite database another process holds an exclusive lock on.
     let db = dir.path().join("locked.db");
-    let mut holder = Command::new("python3")
-        .arg("-c")
-        .arg(
-            "import sqlite3, sys, time\n\
-             c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
-             c.execute('CREATE TABLE t (x)')\n\
-             c.execute('BEGIN EXCLUSIVE')\n\
-             print('locked', flush=True)\n\
-             time.sleep(60)\n",
-        )
-        .arg(&db)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line.trim(), "locked");
+    let mut holder = holding_a_lock(&db, &["CREATE TABLE t (x)", "BEGIN EXCLUSIVE"]);
     let output = run(range(&mut backfill(dir.path()), 1, 1).args([
         "--store",
         "sqlite://locked.db",
@@ -1477,6 +1457,34 @@ async fn an_unreachable_store_exits_3_and_a_refusing_one_exits_1() {
     let _ = holder.wait();
     assert_eq!(code(&output), 3, "{}", show(&output));
     assert!(text(&output.stderr).contains("locked"), "{}", show(&output));
+}
+
+/// Another process (Python's `sqlite3`) that runs `statements` on the
+/// database `db` and then holds on, its transaction open, for 60 s; returned
+/// once it holds the lock.
+fn holding_a_lock(db: &Path, statements: &[&str]) -> std::process::Child {
+    let mut holder = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3, sys, time\n\
+             c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+             for statement in sys.argv[2:]:\n    c.execute(statement)\n\
+             print('locked', flush=True)\n\
+             time.sleep(60)\n",
+        )
+        .arg(db)
+        .args(statements)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "locked");
+    holder
 }
 
 /// A SQLite store that opens (WAL mode, its tables in place) while another
@@ -1495,26 +1503,7 @@ fn a_write_locked_sqlite_store_exits_3_and_fetches_nothing() {
     ]));
     assert_eq!(code(&first), 0, "{}", show(&first));
     for held in ["BEGIN IMMEDIATE", "BEGIN EXCLUSIVE"] {
-        let mut holder = Command::new("python3")
-            .arg("-c")
-            .arg(format!(
-                "import sqlite3, sys, time\n\
-                 c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
-                 c.execute('{held}')\n\
-                 print('locked', flush=True)\n\
-                 time.sleep(60)\n"
-            ))
-            .arg(dir.path().join("busy.db"))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        assert_eq!(line.trim(), "locked");
+        let mut holder = holding_a_lock(&dir.path().join("busy.db"), &[held]);
         let output = run(range(&mut backfill(dir.path()), 2, 4).args([
             "--store",
             "sqlite://busy.db",

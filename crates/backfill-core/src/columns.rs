@@ -348,7 +348,7 @@ impl Column {
                 _ => return Err(wrong()),
             },
             ColumnType::Integer => {
-                if !is_json_number(text) {
+                if !crate::json::is_number(text) {
                     return Err(wrong());
                 }
                 if text.contains(['.', 'e', 'E']) {
@@ -361,7 +361,7 @@ impl Column {
                 )
             }
             ColumnType::Double => {
-                if !is_json_number(text) {
+                if !crate::json::is_number(text) {
                     return Err(wrong());
                 }
                 let x: f64 = text.parse().map_err(|_| wrong())?;
@@ -371,7 +371,7 @@ impl Column {
                 ColumnValue::Double(x)
             }
             ColumnType::Numeric => {
-                if !is_json_number(text) {
+                if !crate::json::is_number(text) {
                     return Err(wrong());
                 }
                 if !numeric_fits(text) {
@@ -762,11 +762,6 @@ impl<'de> Visitor<'de> for Name<'_> {
             false => self.0.binary_search_by(|w| w.as_str().cmp(name)).ok(),
         })
     }
-}
-
-/// Whether `text` is one JSON number (`-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?`).
-fn is_json_number(text: &str) -> bool {
-    crate::json::number_len(text.as_bytes()) == Some(text.len())
 }
 
 /// Whether a JSON number fits Postgres' `numeric` (the widest a store

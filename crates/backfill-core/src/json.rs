@@ -98,10 +98,23 @@ pub fn canonical_into(text: &str, out: &mut Vec<u8>) -> Result<(), JsonError> {
     done
 }
 
+/// Whether `text` is exactly one JSON number
+/// (`-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?`).
+///
+/// ```
+/// use backfill_core::json::is_number;
+///
+/// assert!(is_number("-0") && is_number("1E+3") && is_number("12345678901234567890.5"));
+/// assert!(!is_number("01") && !is_number("NaN") && !is_number("1."));
+/// ```
+pub fn is_number(text: &str) -> bool {
+    number_len(text.as_bytes()) == Some(text.len())
+}
+
 /// The length of the JSON number at the start of `b`, if one is there
 /// (`-`, an integer part without leading zeros, an optional fraction and
 /// exponent).
-pub(crate) fn number_len(b: &[u8]) -> Option<usize> {
+fn number_len(b: &[u8]) -> Option<usize> {
     let digits = |mut i: usize| {
         let start = i;
         while matches!(b.get(i), Some(b'0'..=b'9')) {
@@ -220,73 +233,67 @@ impl<'t> Scanner<'t> {
             })
     }
 
-    fn array(&mut self, out: &mut Vec<u8>, depth: usize) -> Result<(), JsonError> {
+    /// Skips whitespace, then `byte` if it comes next.
+    fn eat(&mut self, byte: u8) -> bool {
+        self.skip_ws();
+        let next = self.bytes.get(self.at) == Some(&byte);
+        self.at += usize::from(next);
+        next
+    }
+
+    /// Past the opening `[` or `{` of a container at `depth`.
+    fn open(&mut self, depth: usize) -> Result<(), JsonError> {
         if depth > MAX_DEPTH {
             return Err(self.error("nested too deeply"));
         }
         self.at += 1;
+        Ok(())
+    }
+
+    fn array(&mut self, out: &mut Vec<u8>, depth: usize) -> Result<(), JsonError> {
+        self.open(depth)?;
         out.push(b'[');
-        self.skip_ws();
-        if self.bytes.get(self.at) == Some(&b']') {
-            self.at += 1;
-            out.push(b']');
-            return Ok(());
-        }
-        loop {
-            self.value(out, depth)?;
-            self.skip_ws();
-            match self.bytes.get(self.at) {
-                Some(b',') => {
-                    self.at += 1;
-                    out.push(b',');
+        if !self.eat(b']') {
+            loop {
+                self.value(out, depth)?;
+                if self.eat(b']') {
+                    break;
                 }
-                Some(b']') => {
-                    self.at += 1;
-                    out.push(b']');
-                    return Ok(());
+                if !self.eat(b',') {
+                    return Err(self.error("expected `,` or `]`"));
                 }
-                _ => return Err(self.error("expected `,` or `]`")),
+                out.push(b',');
             }
         }
+        out.push(b']');
+        Ok(())
     }
 
     fn object(&mut self, out: &mut Vec<u8>, depth: usize) -> Result<(), JsonError> {
-        if depth > MAX_DEPTH {
-            return Err(self.error("nested too deeply"));
-        }
-        self.at += 1;
+        self.open(depth)?;
         // Each member's canonical value is written after the others' in
         // one buffer; the members are then sorted and copied out.
         let mut items: Vec<u8> = Vec::new();
         let mut members: Vec<(std::borrow::Cow<'t, str>, std::ops::Range<usize>)> = Vec::new();
-        self.skip_ws();
-        if self.bytes.get(self.at) == Some(&b'}') {
-            self.at += 1;
-            out.extend_from_slice(b"{}");
-            return Ok(());
-        }
-        loop {
-            self.skip_ws();
-            if self.bytes.get(self.at) != Some(&b'"') {
-                return Err(self.error("expected a member name"));
-            }
-            let key = self.string()?;
-            self.skip_ws();
-            if self.bytes.get(self.at) != Some(&b':') {
-                return Err(self.error("expected `:`"));
-            }
-            self.at += 1;
-            let start = items.len();
-            self.value(&mut items, depth)?;
-            members.push((key, start..items.len()));
-            self.skip_ws();
-            match self.bytes.get(self.at) {
-                Some(b',') => self.at += 1,
-                Some(b'}') => {
-                    self.at += 1;
+        if !self.eat(b'}') {
+            loop {
+                self.skip_ws();
+                if self.bytes.get(self.at) != Some(&b'"') {
+                    return Err(self.error("expected a member name"));
+                }
+                let key = self.string()?;
+                if !self.eat(b':') {
+                    return Err(self.error("expected `:`"));
+                }
+                let start = items.len();
+                self.value(&mut items, depth)?;
+                members.push((key, start..items.len()));
+                if self.eat(b'}') {
                     break;
                 }
-                _ => return Err(self.error("expected `,` or `}`")),
+                if !self.eat(b',') {
+                    return Err(self.error("expected `,` or `}`"));
+                }
             }
         }
         // Stable: of a repeated key the last one is kept below.

@@ -241,21 +241,14 @@ fn write_json(out: &mut Vec<u8>, value: &Bound<'_, PyAny>, depth: usize) -> PyRe
         write_str(out, &text.to_cow()?);
     } else if let Ok(b) = value.cast::<PyBool>() {
         out.extend_from_slice(if b.is_true() { b"true" } else { b"false" });
-    } else if value.is_instance_of::<PyInt>() {
-        write_number_text(out, &builtins(py)?.int_repr.bind(py).call1((value,))?)?;
-    } else if value.is_instance_of::<PyFloat>() {
-        let x: f64 = value.extract()?;
-        if !x.is_finite() {
-            return Err(not_json(format!(
-                "out of range float values are not JSON compliant: {x}"
-            )));
-        }
-        write_number_text(out, &builtins(py)?.float_repr.bind(py).call1((value,))?)?;
+    } else if let Some(text) = number_text(value)? {
+        out.extend_from_slice(text.as_bytes());
     } else if value.is_instance(builtins(py)?.decimal.bind(py))? {
         if !value.call_method0("is_finite")?.is_truthy()? {
             return Err(not_json(format!("a Decimal that is not a number: {value}")));
         }
-        write_number_text(out, value.str()?.as_any())?;
+        let text = value.str()?.to_cow()?.into_owned();
+        out.extend_from_slice(json_number(text)?.as_bytes());
     } else if let Ok(dict) = value.cast::<PyDict>() {
         out.push(b'{');
         for (i, (k, v)) in dict.iter().enumerate() {
@@ -295,32 +288,8 @@ fn write_key(out: &mut Vec<u8>, key: &Bound<'_, PyAny>) -> PyResult<()> {
         write_str(out, if b.is_true() { "true" } else { "false" });
     } else if key.is_none() {
         write_str(out, "null");
-    } else if key.is_instance_of::<PyInt>() {
-        write_str(
-            out,
-            &builtins(py)?
-                .int_repr
-                .bind(py)
-                .call1((key,))?
-                .str()?
-                .to_cow()?,
-        );
-    } else if key.is_instance_of::<PyFloat>() {
-        let x: f64 = key.extract()?;
-        if !x.is_finite() {
-            return Err(not_json(format!(
-                "out of range float values are not JSON compliant: {x}"
-            )));
-        }
-        write_str(
-            out,
-            &builtins(py)?
-                .float_repr
-                .bind(py)
-                .call1((key,))?
-                .str()?
-                .to_cow()?,
-        );
+    } else if let Some(text) = number_text(key)? {
+        write_str(out, &text);
     } else {
         return Err(pyo3::exceptions::PyTypeError::new_err(format!(
             "keys must be str, int, float, bool or None, not {}",
@@ -330,18 +299,39 @@ fn write_key(out: &mut Vec<u8>, key: &Bound<'_, PyAny>) -> PyResult<()> {
     Ok(())
 }
 
-fn write_number_text(out: &mut Vec<u8>, text: &Bound<'_, PyAny>) -> PyResult<()> {
-    let text = text.str()?;
-    let text = text.to_cow()?;
-    // `repr` and `str` of Python's numbers are JSON numbers (`1e+16`,
-    // `1E+3`, `-0`); anything else is refused here rather than stored.
-    if backfill_core::json::canonical(&text).as_deref() != Ok(&*text) {
-        return Err(not_json(format!(
+/// An `int`'s or a `float`'s JSON text, as `json.dumps` writes it (its
+/// type's own `repr`, so an `IntEnum` is its number); `None` for any other
+/// value. NaN and infinities are refused.
+fn number_text(value: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    let py = value.py();
+    let repr = if value.is_instance_of::<PyInt>() {
+        &builtins(py)?.int_repr
+    } else if value.is_instance_of::<PyFloat>() {
+        let x: f64 = value.extract()?;
+        if !x.is_finite() {
+            return Err(not_json(format!(
+                "out of range float values are not JSON compliant: {x}"
+            )));
+        }
+        &builtins(py)?.float_repr
+    } else {
+        return Ok(None);
+    };
+    let text: String = repr.bind(py).call1((value,))?.extract()?;
+    json_number(text).map(Some)
+}
+
+/// `text` if it is a JSON number. `repr` and `str` of Python's numbers
+/// are (`1e+16`, `1E+3`, `-0`); anything else is refused rather than
+/// stored.
+fn json_number(text: String) -> PyResult<String> {
+    if backfill_core::json::is_number(&text) {
+        Ok(text)
+    } else {
+        Err(not_json(format!(
             "a number that is not a JSON number: {text}"
-        )));
+        )))
     }
-    out.extend_from_slice(text.as_bytes());
-    Ok(())
 }
 
 fn write_str(out: &mut Vec<u8>, s: &str) {

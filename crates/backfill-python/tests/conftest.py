@@ -26,3 +26,15 @@ def store(request, tmp_path):
     if request.param == "sqlite":
         return backfill.SqliteStore(str(tmp_path / "pipeline.db"))
     return _postgres()
+
+
+@pytest.fixture
+def cli():
+    """The command line's binary (BACKFILL_CLI), for tests that compare what
+    it stores with what the package stores."""
+    path = os.environ.get("BACKFILL_CLI")
+    if not path or not os.path.exists(path):
+        if os.environ.get("CI"):
+            pytest.fail("CI is set and BACKFILL_CLI does not name the backfill binary")
+        pytest.skip("set BACKFILL_CLI to the backfill binary (scripts/python-tests.sh does)")
+    return path

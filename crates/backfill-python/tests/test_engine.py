@@ -4,7 +4,6 @@ same records, byte for byte."""
 
 import datetime as dt
 import json
-import os
 import subprocess
 import time
 
@@ -58,12 +57,7 @@ def records():
     return out
 
 
-def test_the_package_stores_what_the_command_line_stores(tmp_path):
-    cli = os.environ.get("BACKFILL_CLI")
-    if not cli or not os.path.exists(cli):
-        if os.environ.get("CI"):
-            pytest.fail("CI is set and BACKFILL_CLI does not name the backfill binary")
-        pytest.skip("set BACKFILL_CLI to the backfill binary (scripts/python-tests.sh does)")
+def test_the_package_stores_what_the_command_line_stores(tmp_path, cli):
     day = dt.date(2026, 1, 5)
     export = tmp_path / "2026-01-05.jsonl"
     export.write_text("".join(json.dumps(r) + "\n" for r in records()))

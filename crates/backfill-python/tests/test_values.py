@@ -6,7 +6,6 @@ import datetime as dt
 import decimal
 import json
 import math
-import os
 import random
 import struct
 import subprocess
@@ -96,12 +95,7 @@ def test_the_stored_numbers_are_the_ones_the_store_returns(tmp_path):
         assert row.value == json.dumps(values[row.key], separators=(",", ":"))
 
 
-def test_the_command_line_stores_the_numbers_a_fetch_prints(tmp_path):
-    cli = os.environ.get("BACKFILL_CLI")
-    if not cli or not os.path.exists(cli):
-        if os.environ.get("CI"):
-            pytest.fail("CI is set and BACKFILL_CLI does not name the backfill binary")
-        pytest.skip("set BACKFILL_CLI to the backfill binary (scripts/python-tests.sh does)")
+def test_the_command_line_stores_the_numbers_a_fetch_prints(tmp_path, cli):
     xs = random_doubles(3_000, seed=13)
     lines = []
     for i, x in enumerate(xs):
