@@ -281,7 +281,6 @@ fn write_json(out: &mut Vec<u8>, value: &Bound<'_, PyAny>, depth: usize) -> PyRe
 /// A dict key as `json.dumps` writes it: a string, or a number, boolean
 /// or `None` as its JSON text in quotes.
 fn write_key(out: &mut Vec<u8>, key: &Bound<'_, PyAny>) -> PyResult<()> {
-    let py = key.py();
     if let Ok(text) = key.cast::<PyString>() {
         write_str(out, &text.to_cow()?);
     } else if let Ok(b) = key.cast::<PyBool>() {
