@@ -1,6 +1,7 @@
 //! Jobs in other processes: killed at random moments (crash safety), and
 //! running at the same time against one SQLite file or one Postgres table
-//! (overlapping jobs). Children are this test binary again, running
+//! (overlapping jobs; listings and merges moving their keys, on Postgres,
+//! never deadlocking). Children are this test binary again, running
 //! `worker_entry_point` with a job described in `BACKFILL_WORKER`.
 //!
 //! A failure prints the seed that reproduces it; `BACKFILL_SEED=<n>` runs
@@ -30,6 +31,11 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// The instant `Data::Moving`'s versions count from, whatever their day.
+fn moving_base() -> chrono::DateTime<Utc> {
+    Utc.from_utc_datetime(&day(0).and_hms_opt(0, 0, 0).unwrap())
+}
+
 /// What one job's upstream returns for a day.
 #[derive(Debug, Clone, Copy)]
 enum Data {
@@ -54,6 +60,11 @@ enum Data {
         per_day: u32,
         deleted_day: i64,
     },
+    /// Keys that move between days: `keys` keys spread like UUIDs, the
+    /// same for every job of a seed. Job 0 stores key `i` under day
+    /// `i % 4`; every other job delivers a random half of them under the
+    /// day it syncs, versions drawn with ties.
+    Moving { seed: u64, job: u64, keys: u32 },
 }
 
 impl Data {
@@ -64,12 +75,33 @@ impl Data {
         match self {
             Data::Versioned { version, .. } => midnight + chrono::Duration::seconds(version as i64),
             Data::Drawn { .. } | Data::Winners { .. } => midnight + chrono::Duration::seconds(4),
+            // Between the versions: a listing buries later records of its
+            // day only up to it.
+            Data::Moving { .. } => moving_base() + chrono::Duration::seconds(2),
         }
     }
 
     fn records(self, d: NaiveDate) -> Vec<Record> {
         let midnight = Utc.from_utc_datetime(&d.and_hms_opt(0, 0, 0).unwrap());
         match self {
+            Data::Moving { seed, job, keys } => {
+                let offset = (d - day(0)).num_days() as u32;
+                let mut records: Vec<Record> = (0..keys)
+                    .filter_map(|i| {
+                        let r = mix(mix(seed) ^ mix(job * 1_000_000 + u64::from(i)));
+                        let delivered = match job {
+                            0 => i % 4 == offset,
+                            _ => r.is_multiple_of(2),
+                        };
+                        let key = format!("{:016x}{:08x}", mix(seed ^ mix(u64::from(i))), i);
+                        let at = moving_base() + chrono::Duration::seconds(((r >> 8) % 4) as i64);
+                        let value = format!("j{job}:s{}", (r >> 16) % 3);
+                        delivered.then(|| Record::new(key, d, value, at).unwrap())
+                    })
+                    .collect();
+                records.sort_by(|a, b| a.key().cmp(b.key()));
+                records
+            }
             Data::Winners {
                 seed,
                 jobs,
@@ -133,6 +165,7 @@ impl Data {
                 per_day,
                 deleted_day,
             } => json!({"winners": [seed, jobs, per_day, deleted_day]}),
+            Data::Moving { seed, job, keys } => json!({"moving": [seed, job, keys]}),
         }
     }
 
@@ -141,6 +174,12 @@ impl Data {
             Data::Versioned {
                 version: a[0].as_u64().unwrap(),
                 per_day: a[1].as_u64().unwrap() as u32,
+            }
+        } else if let Some(a) = v.get("moving") {
+            Data::Moving {
+                seed: a[0].as_u64().unwrap(),
+                job: a[1].as_u64().unwrap(),
+                keys: a[2].as_u64().unwrap() as u32,
             }
         } else if let Some(a) = v.get("winners") {
             Data::Winners {
@@ -172,6 +211,12 @@ enum Place {
 
 impl Place {
     async fn open(&self, pool: usize) -> Box<dyn Store> {
+        self.open_paged(pool, None).await
+    }
+
+    /// Opens the store with slices of at most `page_rows` records
+    /// (Postgres; the store's default when `None`).
+    async fn open_paged(&self, pool: usize, page_rows: Option<usize>) -> Box<dyn Store> {
         match self {
             Place::Sqlite(path) => Box::new(
                 SqliteStore::builder(path)
@@ -181,12 +226,15 @@ impl Place {
                     .unwrap(),
             ),
             Place::Postgres { url, schema } => Box::new(
-                PostgresStore::builder()
-                    .schema(schema.clone())
-                    .pool_size(pool)
-                    .connect(url)
-                    .await
-                    .unwrap(),
+                match page_rows {
+                    Some(rows) => PostgresStore::builder().page_rows(rows),
+                    None => PostgresStore::builder(),
+                }
+                .schema(schema.clone())
+                .pool_size(pool)
+                .connect(url)
+                .await
+                .unwrap(),
             ),
         }
     }
@@ -247,6 +295,13 @@ struct Spec {
     /// Whether each day arrives as a stream of chunks (the pause spread
     /// between them, runs spilled to temporary files) instead of at once.
     stream: bool,
+    /// How many times a day is attempted (1: no retry).
+    attempts: u32,
+    /// When every day's fetch returns, at the earliest (milliseconds since
+    /// the Unix epoch): jobs started one after another write at once.
+    start_at: Option<u64>,
+    /// The store's slice bound (Postgres), for many statements per day.
+    page_rows: Option<usize>,
 }
 
 impl Spec {
@@ -261,17 +316,25 @@ impl Spec {
             // escape to the caller.
             .retry(
                 Retry::default()
-                    .max_attempts(10)
+                    .max_attempts(self.attempts)
                     .backoff(Duration::from_millis(20), Duration::from_millis(500)),
             )
     }
 
     async fn run(&self, store: &dyn Store) -> backfill::Result<backfill::RunReport> {
         let (data, pause, stream) = (self.data, Duration::from_millis(self.fetch_ms), self.stream);
+        let start_at = self.start_at;
         // The upstream says when each listing was taken, so that every
         // job's listings and deliveries are of one consistent upstream.
         let fetch = move |d: NaiveDate| async move {
             let records = data.records(d);
+            if let Some(at) = start_at {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis() as u64;
+                tokio::time::sleep(Duration::from_millis(at.saturating_sub(now))).await;
+            }
             if !stream {
                 tokio::time::sleep(pause).await;
                 return Ok::<_, std::io::Error>(Fetched::new(records).as_of(data.as_of(d)));
@@ -301,6 +364,9 @@ impl Spec {
             "concurrency": self.concurrency,
             "fetch_ms": self.fetch_ms,
             "stream": self.stream,
+            "attempts": self.attempts,
+            "start_at": self.start_at,
+            "page_rows": self.page_rows,
         });
         Command::new(std::env::current_exe().unwrap())
             .args([
@@ -334,6 +400,9 @@ impl Spec {
             concurrency: v["concurrency"].as_u64().unwrap() as usize,
             fetch_ms: v["fetch_ms"].as_u64().unwrap(),
             stream: v["stream"].as_bool().unwrap(),
+            attempts: v["attempts"].as_u64().unwrap() as u32,
+            start_at: v["start_at"].as_u64(),
+            page_rows: v["page_rows"].as_u64().map(|n| n as usize),
         }
     }
 }
@@ -346,7 +415,10 @@ async fn worker_entry_point() {
         return;
     };
     let spec = Spec::from_json(&serde_json::from_str(&spec).unwrap());
-    let store = spec.place.open(spec.concurrency).await;
+    let store = spec
+        .place
+        .open_paged(spec.concurrency, spec.page_rows)
+        .await;
     if let Err(e) = spec.run(&*store).await {
         panic!("worker job failed: {e}");
     }
@@ -453,6 +525,9 @@ async fn killed_backfills_leave_whole_days_and_converge() {
             concurrency: 2,
             fetch_ms,
             stream: version % 4 < 2,
+            attempts: 10,
+            start_at: None,
+            page_rows: None,
         };
         let (mut polls, mut interrupted) = (0, 0);
         // In increasing order, so each run's versions are the newest (a
@@ -540,6 +615,9 @@ async fn overlapping_jobs_in_separate_processes_converge() {
                 fetch_ms: 2,
                 // Half the seeds deliver their days as streams.
                 stream: seed % 2 == 1,
+                attempts: 10,
+                start_at: None,
+                page_rows: None,
             };
             let initial = spec(drawn(0, true), (0, 15), Mode::Merge, 2);
             // The listing of the deleted day lists what the upstream that
@@ -587,5 +665,139 @@ async fn overlapping_jobs_in_separate_processes_converge() {
             assert_eq!(deleted, PER_DAY as usize * 9 / 10, "{context}");
         }
         println!("{name}: overlapping jobs converged for every seed");
+    }
+}
+
+/// Listings and merges of other days that move their keys, each in its own
+/// process, writing at the same instant, with no retry: keys spread like
+/// UUIDs, each job delivering a random half of them under the day it
+/// syncs, so every job moves keys out of the days the listings list, in
+/// slices of 50 records (many statements per day, every interleaving
+/// between them). Every day succeeds, the server detects no deadlock, and
+/// the store ends exactly as one serial order of the jobs leaves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_and_merges_moving_their_keys_never_deadlock() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    const KEYS: u32 = 1_200;
+    let (admin, connection) = url
+        .parse::<backfill::postgres::tokio_postgres::Config>()
+        .unwrap()
+        .connect(backfill::postgres::tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let deadlocks = || async {
+        admin
+            .batch_execute("SELECT pg_stat_clear_snapshot()")
+            .await
+            .unwrap();
+        admin
+            .query_one(
+                "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    let before = deadlocks().await;
+    let mut races = 0;
+    for seed in seeds(16) {
+        let context = format!("seed {seed} (BACKFILL_SEED={seed})");
+        let place = Place::Postgres {
+            url: url.clone(),
+            schema: testkit::unique_schema(),
+        };
+        let spec = |job, d, mode| Spec {
+            place: place.clone(),
+            data: Data::Moving {
+                seed,
+                job,
+                keys: KEYS,
+            },
+            days: (d, d),
+            mode,
+            concurrency: 1,
+            fetch_ms: 0,
+            // Half the seeds deliver their days as streams.
+            stream: seed % 2 == 1,
+            attempts: 1,
+            start_at: None,
+            page_rows: Some(50),
+        };
+        let initial = Spec {
+            days: (0, 3),
+            ..spec(0, 0, Mode::Merge)
+        };
+        // Two merges and two listings, each of its own day.
+        let jobs = [
+            spec(1, 0, Mode::Merge),
+            spec(2, 1, Mode::Replace),
+            spec(3, 2, Mode::Merge),
+            spec(4, 3, Mode::Replace),
+        ];
+        let store = place.open(2).await;
+        initial.run(&*store).await.unwrap();
+        let start_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+            + 1_500;
+        let children: Vec<_> = jobs
+            .iter()
+            .map(|job| {
+                Spec {
+                    start_at: Some(start_at),
+                    ..job.clone()
+                }
+                .spawn()
+            })
+            .collect();
+        for (n, child) in children.into_iter().enumerate() {
+            wait(child, &format!("{context}: job {}", n + 1));
+        }
+        races += 1;
+        // The oracle: the jobs one after another, in some order.
+        let stored = store.rows_with_tombstones().await.unwrap();
+        let mut orders = Vec::new();
+        permutations(&mut [0, 1, 2, 3], 0, &mut orders);
+        let mut matched = None;
+        for order in &orders {
+            let oracle = MemoryStore::new();
+            initial.run(&oracle).await.unwrap();
+            for &j in order {
+                jobs[j].run(&oracle).await.unwrap();
+            }
+            if oracle.rows_with_tombstones().await.unwrap() == stored {
+                matched = Some(order.clone());
+                break;
+            }
+        }
+        assert!(
+            matched.is_some(),
+            "{context}: the store matches no serial order of the jobs"
+        );
+    }
+    let after = deadlocks().await;
+    assert_eq!(
+        after - before,
+        0,
+        "deadlocks the server detected in {races} races"
+    );
+    println!("{races} races of listings and moving merges: no deadlock, each a serial order");
+}
+
+/// Every order of `items[k..]` after `items[..k]`, appended to `out`.
+fn permutations(items: &mut [usize], k: usize, out: &mut Vec<Vec<usize>>) {
+    if k == items.len() {
+        out.push(items.to_vec());
+        return;
+    }
+    for i in k..items.len() {
+        items.swap(k, i);
+        permutations(items, k + 1, out);
+        items.swap(k, i);
     }
 }

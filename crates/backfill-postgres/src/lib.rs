@@ -39,15 +39,21 @@
 //!    re-run writes no row version of the records table), and writes the
 //!    rest with `INSERT … ON CONFLICT (key) DO UPDATE`, in key order. COPY
 //!    and merge alike take their locks in key order, slice after slice, so
-//!    concurrent writers never deadlock. A live record at or before the
+//!    concurrent writers never deadlock (a listing too, step 3). A live record at or before the
 //!    watermark of its `event_date` is written as its own tombstone. A row
 //!    another writer committed after the statement's snapshot is never
 //!    overwritten blindly: it is merged again, judged by the version order
 //!    like any other;
-//! 3. for a listing ([`Mode::Replace`](backfill_core::Mode::Replace)),
-//!    turns the day's live rows it lacks (not newer than its `as_of`) into
-//!    their own tombstones with one set-based `UPDATE` per range of the
-//!    listing's keys, in key order, asks the
+//! 3. for a listing ([`Mode::Replace`](backfill_core::Mode::Replace)) of
+//!    a day with live rows, turns the rows it lacks (not newer than its
+//!    `as_of`) into their own tombstones in the very statements that merge
+//!    its records: each page reads, without a lock, the keys it lacks in
+//!    the key range it closes, and each slice sends them with its records,
+//!    written by one upsert in key order as tombstones of the version that
+//!    statement sees (a row that left the day meanwhile is left as its new
+//!    day has it). So a listing, too, takes its rows in one ordered pass:
+//!    no listing and merge of another day moving its keys can wait for
+//!    each other crosswise. Then it asks the
 //!    [`ReplaceGuard`](backfill_core::ReplaceGuard) (rolling everything back
 //!    if it refuses);
 //! 4. writes the day's [ledger](#the-day-ledger) row, last: one
@@ -326,6 +332,7 @@ mod builder;
 mod error;
 mod migrate;
 mod schema;
+mod slices;
 mod sql;
 mod store;
 #[cfg(feature = "tls")]

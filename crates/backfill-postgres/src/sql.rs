@@ -382,10 +382,23 @@ pub(crate) struct Statements {
     /// rows are read by one scan (NULL: every key probed); returns the
     /// counts and the keys a concurrent writer raced past.
     pub(crate) merge: String,
+    /// A listing's write of a slice: the merge, with the listing's
+    /// unlisted keys of the slice's key range written in the same ordered
+    /// upsert as their own tombstones. After the typed columns' arrays,
+    /// the keys `$L` ([`Statements::unlisted`] read them), the listed day
+    /// `$L+1` and its `as_of` `$L+2`, where `$L` is 7 plus the number of
+    /// typed columns. Returns the merge's counts and how many rows became
+    /// tombstones (`unlisted`).
+    pub(crate) list: String,
     /// The live rows of day `$1`.
     pub(crate) live: String,
-    /// A listing: the live rows of day `$1` not newer than `$2` whose key
-    /// is in `($3, $4]` (NULL: unbounded) but not in `$5` become their own
+    /// A listing's candidates, read without a lock: the keys of the live
+    /// rows of day `$1` not newer than `$2` whose key is in `($3, $4]`
+    /// (NULL: unbounded) but not in `$5`, in key order.
+    pub(crate) unlisted: String,
+    /// A listing's unlisted rows that another writer changed under its
+    /// write, judged again (the write locked them): those of keys `$1`
+    /// still live rows of day `$2` not newer than `$3` become their own
     /// tombstones.
     pub(crate) unlist: String,
     /// The day ledger's success, last in an apply's transaction: the row
@@ -448,6 +461,135 @@ impl Statements {
         let lock_key = format!(
             "hashtextextended('backfill:{schema}.{table}:' || to_char(d.day::timestamp, 'YYYY-MM-DD'), 0)"
         );
+        // The conflict-handling write, set-based. `classified` sees the
+        // table as of the statement's snapshot and decides each record by
+        // its version; only rows absent or older there go to the upsert. A
+        // live record at or before its day's listing watermark is written
+        // as its own tombstone (`buried`). The upsert overwrites a row only
+        // if it is still the very version classified (same key and xmin:
+        // nothing committed over it since the snapshot), so `was_live` and
+        // the decision are exact; any other row it meets was committed
+        // meanwhile by another writer, is left alone (but locked), and is
+        // returned in `raced` to be merged again by the caller.
+        //
+        // A listing's variant adds its unlisted keys to `incoming`, each as
+        // the tombstone of the version this statement sees, if that is
+        // still a live row of the listed day not newer than its `as_of`:
+        // the same `updated_at`, so it wins over that version only (a
+        // tombstone orders after a live row of the same instant). Records
+        // and tombstones go through the one upsert in key order, so a
+        // listing takes its rows in one ordered pass, like every other
+        // write: no schedule of writers can deadlock.
+        let merge = |listing: bool| {
+            let unlisted = match listing {
+                false => String::new(),
+                true => {
+                    let l = typed.len() + 7;
+                    let nulls: String = typed
+                        .iter()
+                        .map(|c| format!(", NULL::{}", crate::typed::sql_type(c.column_type())))
+                        .collect();
+                    format!(
+                        r#"
+    UNION ALL
+    SELECT r.key, r.event_date, '', r.updated_at, true{nulls}, true
+    FROM unnest(${l}::text[]) AS u(key)
+    JOIN {t} r ON r.key = u.key COLLATE "C"
+    WHERE r.event_date = ${d}::date AND NOT r.deleted AND r.updated_at <= ${a}::timestamptz"#,
+                        d = l + 1,
+                        a = l + 2,
+                    )
+                }
+            };
+            format!(
+                r#"
+WITH incoming AS (
+    SELECT i.key COLLATE "C" AS key, i.event_date, i.value COLLATE "C" AS value,
+           i.updated_at, i.deleted{typed_picked}, false AS unlisted
+    FROM unnest($1::text[], $2::date[], $3::text[], $4::timestamptz[], $5::bool[]{typed_arrays})
+        AS i(key, event_date, value, updated_at, deleted{typed_alias}){unlisted}
+), stored AS (
+    -- The stored rows of day `$6` (NULL: none), found by one scan of its
+    -- index and joined by hash: a day's rows were mostly written
+    -- together, so this reads few pages in order, where a probe per key
+    -- descends the primary key once per record.
+    SELECT r.key, r.event_date, r.value, r.updated_at, r.deleted, r.xmin
+    FROM {t} r WHERE r.event_date = $6::date
+), probed AS (
+    SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted{typed_picked}, i.unlisted,
+           coalesce(d.key, p.key) AS s_key, coalesce(d.event_date, p.event_date) AS s_date,
+           coalesce(d.value, p.value) AS s_value, coalesce(d.updated_at, p.updated_at) AS s_at,
+           coalesce(d.deleted, p.deleted) AS s_deleted, coalesce(d.xmin, p.xmin) AS s_xmin
+    FROM incoming i
+    LEFT JOIN stored d ON d.key = i.key
+    -- Every other key: one primary-key probe, whatever the table's size
+    -- or statistics (OFFSET 0 keeps the planner from turning the lookup
+    -- into a hash join that scans the whole table for every slice).
+    LEFT JOIN LATERAL (
+        SELECT r.key, r.event_date, r.value, r.updated_at, r.deleted, r.xmin
+        FROM {t} r WHERE d.key IS NULL AND r.key = i.key OFFSET 0
+    ) p ON true
+), classified AS (
+    SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted{typed_picked}, i.unlisted,
+           i.s_xmin::text AS seen,
+           coalesce(NOT i.s_deleted, false) AS was_live,
+           CASE
+               WHEN i.s_key IS NULL THEN 'w'
+               WHEN (i.updated_at, i.deleted, i.value, i.event_date)
+                  > (i.s_at, i.s_deleted, i.s_value, i.s_date) THEN 'w'
+               WHEN (i.updated_at, i.deleted, i.value, i.event_date)
+                  = (i.s_at, i.s_deleted, i.s_value, i.s_date) THEN 'n'
+               ELSE 's'
+           END AS action,
+           coalesce(NOT i.deleted AND i.updated_at <= w.listing_watermark, false) AS buried
+    FROM probed i
+    LEFT JOIN {days} w ON w.records_table = {name} AND w.day = i.event_date
+), written AS (
+    INSERT INTO {t} AS s ({cols}{typed_names})
+    SELECT key, event_date, CASE WHEN buried THEN '' ELSE value END, updated_at,
+           deleted OR buried{typed_written}
+    FROM classified
+    WHERE action = 'w'
+    ORDER BY key
+    ON CONFLICT (key) DO UPDATE SET
+        event_date = EXCLUDED.event_date,
+        value = EXCLUDED.value,
+        updated_at = EXCLUDED.updated_at,
+        deleted = EXCLUDED.deleted{typed_set}
+    -- A hashed subplan: one probe per conflicting row.
+    WHERE (s.key, s.xmin::text) IN (
+        SELECT key, seen FROM classified WHERE action = 'w' AND seen IS NOT NULL)
+    RETURNING s.key, s.deleted, (s.xmax = 0) AS fresh
+), outcome AS (
+    -- Live before: as classified, unless the row was gone when inserted.
+    SELECT count(*) FILTER (WHERE NOT w.deleted AND NOT (c.was_live AND NOT w.fresh)) AS inserted,
+           count(*) FILTER (WHERE NOT w.deleted AND c.was_live AND NOT w.fresh) AS updated,
+           count(*) FILTER (WHERE w.deleted AND NOT c.unlisted) AS deleted,
+           count(*) FILTER (WHERE c.unlisted) AS unlisted,
+           count(*) AS written
+    FROM written w JOIN classified c ON c.key = w.key
+), decided AS (
+    -- Every decision's count in one pass over the slice.
+    SELECT count(*) FILTER (WHERE action = 'n') AS unchanged,
+           count(*) FILTER (WHERE action = 's') AS stale,
+           count(*) FILTER (WHERE action = 'w') AS to_write
+    FROM classified
+)
+SELECT
+    o.inserted, o.updated, o.deleted, o.unlisted, d.unchanged, d.stale,
+    -- Rows meant to be written that the upsert left alone: normally none,
+    -- and then not even looked for. EXCEPT hashes or sorts; it can never
+    -- become a nested loop over the slice.
+    CASE WHEN d.to_write <> o.written
+    THEN (SELECT array_agg(key) FROM (
+              SELECT key FROM classified WHERE action = 'w'
+              EXCEPT ALL
+              SELECT key FROM written) AS skipped)
+    END AS raced
+FROM outcome o, decided d
+"#
+            )
+        };
         Self {
             schema: schema.to_owned(),
             table: table.to_owned(),
@@ -490,123 +632,23 @@ FROM (SELECT * FROM unnest($1::date[], $2::bool[]) AS u(day, exclusive)
 )"#
             ),
             copy_in: format!("COPY {t} ({cols}{typed_names}) FROM STDIN (FORMAT binary)"),
-            // The conflict-handling write, set-based. `classified` sees the
-            // table as of the statement's snapshot and decides each record
-            // by its ORIGINAL version; only rows absent or older there go to the
-            // upsert. A live record at or before its day's listing
-            // watermark is written as its own tombstone (`buried`). The
-            // upsert overwrites a row only if it is still the very version
-            // classified (same key and xmin: nothing committed over it
-            // since the snapshot), so `was_live` and the decision are
-            // exact; any other row it meets was committed meanwhile by
-            // another writer, is left alone (but locked), and is returned
-            // in `raced` to be merged again by the caller.
-            merge: format!(
-                r#"
-WITH incoming AS (
-    SELECT i.key COLLATE "C" AS key, i.event_date, i.value COLLATE "C" AS value,
-           i.updated_at, i.deleted{typed_picked}
-    FROM unnest($1::text[], $2::date[], $3::text[], $4::timestamptz[], $5::bool[]{typed_arrays})
-        AS i(key, event_date, value, updated_at, deleted{typed_alias})
-), stored AS (
-    -- The stored rows of day `$6` (NULL: none), found by one scan of its
-    -- index and joined by hash: a day's rows were mostly written
-    -- together, so this reads few pages in order, where a probe per key
-    -- descends the primary key once per record.
-    SELECT r.key, r.event_date, r.value, r.updated_at, r.deleted, r.xmin
-    FROM {t} r WHERE r.event_date = $6::date
-), probed AS (
-    SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted{typed_picked},
-           coalesce(d.key, p.key) AS s_key, coalesce(d.event_date, p.event_date) AS s_date,
-           coalesce(d.value, p.value) AS s_value, coalesce(d.updated_at, p.updated_at) AS s_at,
-           coalesce(d.deleted, p.deleted) AS s_deleted, coalesce(d.xmin, p.xmin) AS s_xmin
-    FROM incoming i
-    LEFT JOIN stored d ON d.key = i.key
-    -- Every other key: one primary-key probe, whatever the table's size
-    -- or statistics (OFFSET 0 keeps the planner from turning the lookup
-    -- into a hash join that scans the whole table for every slice).
-    LEFT JOIN LATERAL (
-        SELECT r.key, r.event_date, r.value, r.updated_at, r.deleted, r.xmin
-        FROM {t} r WHERE d.key IS NULL AND r.key = i.key OFFSET 0
-    ) p ON true
-), classified AS (
-    SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted{typed_picked},
-           i.s_xmin::text AS seen,
-           coalesce(NOT i.s_deleted, false) AS was_live,
-           CASE
-               WHEN i.s_key IS NULL THEN 'w'
-               WHEN (i.updated_at, i.deleted, i.value, i.event_date)
-                  > (i.s_at, i.s_deleted, i.s_value, i.s_date) THEN 'w'
-               WHEN (i.updated_at, i.deleted, i.value, i.event_date)
-                  = (i.s_at, i.s_deleted, i.s_value, i.s_date) THEN 'n'
-               ELSE 's'
-           END AS action,
-           coalesce(NOT i.deleted AND i.updated_at <= w.listing_watermark, false) AS buried
-    FROM probed i
-    LEFT JOIN {days} w ON w.records_table = {name} AND w.day = i.event_date
-), written AS (
-    INSERT INTO {t} AS s ({cols}{typed_names})
-    SELECT key, event_date, CASE WHEN buried THEN '' ELSE value END, updated_at,
-           deleted OR buried{typed_written}
-    FROM classified
-    WHERE action = 'w'
-    ORDER BY key
-    ON CONFLICT (key) DO UPDATE SET
-        event_date = EXCLUDED.event_date,
-        value = EXCLUDED.value,
-        updated_at = EXCLUDED.updated_at,
-        deleted = EXCLUDED.deleted{typed_set}
-    -- A hashed subplan: one probe per conflicting row.
-    WHERE (s.key, s.xmin::text) IN (
-        SELECT key, seen FROM classified WHERE action = 'w' AND seen IS NOT NULL)
-    RETURNING s.key, s.deleted, (s.xmax = 0) AS fresh
-), outcome AS (
-    -- Live before: as classified, unless the row was gone when inserted.
-    SELECT count(*) FILTER (WHERE NOT w.deleted AND NOT (c.was_live AND NOT w.fresh)) AS inserted,
-           count(*) FILTER (WHERE NOT w.deleted AND c.was_live AND NOT w.fresh) AS updated,
-           count(*) FILTER (WHERE w.deleted) AS deleted,
-           count(*) AS written
-    FROM written w JOIN classified c ON c.key = w.key
-), decided AS (
-    -- Every decision's count in one pass over the slice.
-    SELECT count(*) FILTER (WHERE action = 'n') AS unchanged,
-           count(*) FILTER (WHERE action = 's') AS stale,
-           count(*) FILTER (WHERE action = 'w') AS to_write
-    FROM classified
-)
-SELECT
-    o.inserted, o.updated, o.deleted, d.unchanged, d.stale,
-    -- Rows meant to be written that the upsert left alone: normally none,
-    -- and then not even looked for. EXCEPT hashes or sorts; it can never
-    -- become a nested loop over the slice.
-    CASE WHEN d.to_write <> o.written
-    THEN (SELECT array_agg(key) FROM (
-              SELECT key FROM classified WHERE action = 'w'
-              EXCEPT ALL
-              SELECT key FROM written) AS skipped)
-    END AS raced
-FROM outcome o, decided d
-"#
-            ),
+            merge: merge(false),
+            list: merge(true),
             live: format!("SELECT count(*) FROM {t} WHERE event_date = $1 AND NOT deleted"),
-            // Lock the doomed rows in key order first, like the upsert; a
-            // row another writer changed meanwhile is judged again (READ
-            // COMMITTED re-checks the WHERE on its newest version).
+            unlisted: format!(
+                r#"
+SELECT r.key FROM {t} r
+WHERE r.event_date = $1 AND NOT r.deleted AND r.updated_at <= $2
+  AND ($3::text IS NULL OR r.key > $3::text)
+  AND ($4::text IS NULL OR r.key <= $4::text)
+  AND NOT EXISTS (
+      SELECT 1 FROM unnest($5::text[]) AS k(key) WHERE k.key COLLATE "C" = r.key)
+ORDER BY r.key"#
+            ),
             unlist: format!(
                 r#"
-WITH doomed AS (
-    SELECT r.key FROM {t} r
-    WHERE r.event_date = $1 AND NOT r.deleted AND r.updated_at <= $2
-      AND ($3::text IS NULL OR r.key > $3::text)
-      AND ($4::text IS NULL OR r.key <= $4::text)
-      AND NOT EXISTS (
-          SELECT 1 FROM unnest($5::text[]) AS k(key) WHERE k.key COLLATE "C" = r.key)
-    ORDER BY r.key
-    FOR UPDATE
-)
 UPDATE {t} AS s SET value = '', deleted = true{typed_null}
-FROM doomed d
-WHERE s.key = d.key AND s.event_date = $1 AND NOT s.deleted AND s.updated_at <= $2"#
+WHERE s.key = ANY($1::text[]) AND s.event_date = $2 AND NOT s.deleted AND s.updated_at <= $3"#
             ),
             // One upsert per apply, whatever the batch's size: the whole
             // row is written at once, so concurrent applies of one day

@@ -18,6 +18,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Statement;
 
 use crate::error::pg_error;
+use crate::slices::{KeyRanges, Slice, Slices};
 use crate::sql::Statements;
 use crate::store::PostgresStore;
 use crate::typed::{self, Param};
@@ -48,15 +49,18 @@ pub(crate) const MAX_SUBTRANSACTIONS: usize = 64;
 ///    [`MAX_VALUE_BYTES`], then it is written slice by slice, COPY or
 ///    merge. Keys are unique across the day's pages, so each page's counts
 ///    are exact on their own and no page changes what another finds.
-/// 3. A listing ([`Unlisted`]) tombstones, after each page, the day's live
-///    rows it lacks in the key range that page closes: after the previous
-///    page's last key up to and including its own last key (the last
-///    page's range runs to the end of the key space). Every live row of
-///    the day is judged by exactly one statement, once every page is
-///    written up to its key. The guard is asked last, with the rows
-///    tombstoned and the day's live rows before that (those counted now
-///    plus those tombstoned): the very numbers a batch had when it
-///    tombstoned after its one page.
+/// 3. A listing ([`Unlisted`]) of a day with live rows tombstones the
+///    rows it lacks in the same statements as it writes its records: each
+///    page first reads, without a lock, the keys of the day's live rows it
+///    lacks in the key range it closes (after the previous page's last key
+///    up to and including its own last key; after the last page, the rest
+///    of the key space), and each slice of the page writes its records and
+///    those keys of its range as their own tombstones in one upsert, in key
+///    order. So a listing takes its rows in one ordered pass, as a merge
+///    does, and no two writers can wait for each other crosswise. The
+///    guard is asked last, with the rows tombstoned and the day's live rows
+///    before that (those counted now plus those tombstoned): the very
+///    numbers a batch had when it tombstoned after its one page.
 /// 4. [`write_ledger`]: the day's ledger row, last, in the same
 ///    transaction.
 ///
@@ -75,10 +79,18 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Resul
 
     // 1.
     let Locked { marked, synced } = lock_days(&tx, sql, &day).await?;
+    // A listing of a day with live rows: rows only leave the day while its
+    // lock is held (a record of the day needs its lock), so one without any
+    // has nothing to tombstone, now or later in the transaction.
+    let mut unlisted = match day.as_of() {
+        Some(as_of) => Unlisted::new(&tx, sql, day.day(), as_of, store.page_bytes).await?,
+        None => None,
+    };
     let mut writes = Writes {
-        // A day with a listing watermark may bury a record, which only the
-        // merge decides: no COPY then.
-        copy: match marked {
+        // A day with a listing watermark may bury a record, and a listing's
+        // tombstones go with its records, both of which only the merge
+        // does: no COPY then.
+        copy: match marked || unlisted.is_some() {
             true => None,
             false => Some((
                 CopyChecks {
@@ -95,18 +107,23 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Resul
             )),
         },
         merge: tx.prepare_cached(&sql.merge).await.map_err(pg_error)?,
+        list: match &unlisted {
+            Some(u) => Some(Listing {
+                list: tx.prepare_cached(&sql.list).await.map_err(pg_error)?,
+                unlist: tx.prepare_cached(&sql.unlist).await.map_err(pg_error)?,
+                day: day.day(),
+                as_of: u.as_of,
+            }),
+            None => None,
+        },
         copy_first: !synced,
         rows,
         bytes,
         subtransactions: 0,
         columns: Arc::clone(&store.columns),
     };
-    let mut unlisted = match day.as_of() {
-        Some(_) => Some(Unlisted::new(&tx, store).await?),
-        None => None,
-    };
 
-    // 2. and 3. The pages, in key order, each followed by its share of a
+    // 2. and 3. The pages, in key order, each with its share of a
     // listing's tombstones.
     let mut counts = Counts::default();
     let mut first = true;
@@ -123,7 +140,13 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Resul
                 (day, next)
             })),
         };
-        writes.page(&tx, &records, whole_day, &mut counts).await?;
+        let lacked = match &mut unlisted {
+            Some(unlisted) => unlisted.page(&tx, &records).await?,
+            None => Vec::new(),
+        };
+        writes
+            .page(&tx, &records, &lacked, whole_day, &mut counts)
+            .await?;
         let (back, next) = match reading {
             Err(day) => (day, None),
             Ok(reading) => {
@@ -134,15 +157,20 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Resul
             }
         };
         day = back;
-        if let Some(unlisted) = &mut unlisted {
-            unlisted.page(&tx, &day, &records, next.is_none()).await?;
-        }
         page = next;
     }
     if let Some(unlisted) = unlisted {
-        let n = unlisted.finish(&tx, sql, &day).await?;
-        counts.deleted += n;
-        counts.unlisted = n;
+        // The rest of the key space, after the last listed key.
+        let lacked = unlisted.rest(&tx).await?;
+        writes.page(&tx, &[], &lacked, None, &mut counts).await?;
+        let live_now: i64 = tx
+            .query_one(&sql.live, &[&day.day()])
+            .await
+            .map_err(pg_error)?
+            .get(0);
+        // The day's live rows before the tombstones: each tombstoned row
+        // was one of them, and nothing else of the day changed since.
+        day.check_replace(counts.unlisted, live_now as u64 + counts.unlisted)?;
     }
 
     // 4.
@@ -202,81 +230,88 @@ async fn lock_days(tx: &Transaction<'_>, sql: &Statements, day: &DayWrite) -> Re
     read.map_err(pg_error)
 }
 
-/// Step 3: a listing's tombstones of the day's live rows it lacks, range by
-/// range as the pages are written.
+/// Step 3: which of the listed day's live rows a listing lacks, range by
+/// range as the pages are written ([`Writes`] tombstones them).
 struct Unlisted {
-    /// `Statements::unlist`.
-    unlist: Statement,
+    /// `Statements::unlisted`.
+    read: Statement,
+    day: NaiveDate,
+    as_of: DateTime<Utc>,
     /// The store's page bound in bytes, for a range's keys.
     bytes: usize,
-    /// The last key of the ranges so far; `None` before the first, and once
-    /// a range ran to the end of the key space.
+    /// The last key of the ranges so far; `None` before the first.
     after: Option<String>,
-    to_the_end: bool,
-    /// Rows tombstoned so far.
-    tombstoned: u64,
 }
 
 impl Unlisted {
-    async fn new(tx: &Transaction<'_>, store: &PostgresStore) -> Result<Self> {
-        Ok(Self {
-            unlist: tx
-                .prepare_cached(&store.sql.unlist)
-                .await
-                .map_err(pg_error)?,
-            bytes: store.page_bytes,
-            after: None,
-            to_the_end: false,
-            tombstoned: 0,
-        })
-    }
-
-    /// Tombstones the unlisted rows of the key range `page` closes.
-    async fn page(
-        &mut self,
+    /// `None` when the day has no live row: a listing of it has nothing
+    /// to tombstone.
+    async fn new(
         tx: &Transaction<'_>,
-        day: &DayWrite,
-        page: &[Record],
-        last: bool,
-    ) -> Result<()> {
-        let (date, as_of) = (day.day(), day.as_of());
-        for range in KeyRanges::new(page, self.bytes, self.after.as_deref(), last) {
-            self.tombstoned += tx
-                .execute(
-                    &self.unlist,
-                    &[&date, &as_of, &range.after, &range.upto, &range.keys],
-                )
-                .await
-                .map_err(pg_error)?;
-        }
-        self.after = page.last().map(|r| r.key().to_owned());
-        self.to_the_end = last;
-        Ok(())
-    }
-
-    /// After the last page: the rest of the key space if no page reached
-    /// it (an empty listing), then the guard's verdict on the whole.
-    async fn finish(self, tx: &Transaction<'_>, sql: &Statements, day: &DayWrite) -> Result<u64> {
-        let (date, as_of) = (day.day(), day.as_of());
-        let mut tombstoned = self.tombstoned;
-        if !self.to_the_end {
-            let none: Option<&str> = None;
-            let keys: Vec<&str> = Vec::new();
-            tombstoned += tx
-                .execute(&self.unlist, &[&date, &as_of, &self.after, &none, &keys])
-                .await
-                .map_err(pg_error)?;
-        }
-        let live_now: i64 = tx
-            .query_one(&sql.live, &[&date])
+        sql: &Statements,
+        day: NaiveDate,
+        as_of: DateTime<Utc>,
+        bytes: usize,
+    ) -> Result<Option<Self>> {
+        let live: i64 = tx
+            .query_one(&sql.live, &[&day])
             .await
             .map_err(pg_error)?
             .get(0);
-        // The day's live rows before the tombstones: each tombstoned row
-        // was one of them, and nothing else of the day changed since.
-        day.check_replace(tombstoned, live_now as u64 + tombstoned)?;
-        Ok(tombstoned)
+        if live == 0 {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            read: tx.prepare_cached(&sql.unlisted).await.map_err(pg_error)?,
+            day,
+            as_of,
+            bytes,
+            after: None,
+        }))
     }
+
+    /// The keys, in order, of the day's live rows (not newer than `as_of`)
+    /// the listing lacks in the key range `page` closes. Read without a
+    /// lock: the write that tombstones them judges each again.
+    async fn page(&mut self, tx: &Transaction<'_>, page: &[Record]) -> Result<Vec<String>> {
+        let mut lacked = Vec::new();
+        for range in KeyRanges::new(page, self.bytes, self.after.as_deref()) {
+            lacked.extend(self.read(tx, range.after, range.upto, &range.keys).await?);
+        }
+        if let Some(last) = page.last() {
+            self.after = Some(last.key().to_owned());
+        }
+        Ok(lacked)
+    }
+
+    /// After the last page: the keys lacked after its last key.
+    async fn rest(&self, tx: &Transaction<'_>) -> Result<Vec<String>> {
+        self.read(tx, self.after.as_deref(), None, &[]).await
+    }
+
+    async fn read(
+        &self,
+        tx: &Transaction<'_>,
+        after: Option<&str>,
+        upto: Option<&str>,
+        keys: &[&str],
+    ) -> Result<Vec<String>> {
+        let rows = tx
+            .query(&self.read, &[&self.day, &self.as_of, &after, &upto, &keys])
+            .await
+            .map_err(pg_error)?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+}
+
+/// A listing's statements for [`Writes`]: `Statements::list` and
+/// `Statements::unlist`, with the listed day and its `as_of`.
+#[derive(Debug)]
+struct Listing {
+    list: Statement,
+    unlist: Statement,
+    day: NaiveDate,
+    as_of: DateTime<Utc>,
 }
 
 /// Step 4: the day's ledger row, last: synced now, by this run, with these
@@ -378,6 +413,8 @@ struct Writes {
     copy: Option<(CopyChecks, Statement)>,
     /// `Statements::merge`.
     merge: Statement,
+    /// A listing's statements, when it has rows to tombstone.
+    list: Option<Listing>,
     /// Whether a slice is copied without first checking that none of its
     /// keys is stored: while the day was never synced before and no COPY
     /// of the apply has met a stored key.
@@ -425,6 +462,11 @@ impl Writes {
     /// writer that inserts it after waits for this transaction and then
     /// finds it stored. A batch is one page: one savepoint per apply.
     ///
+    /// A listing's `lacked` keys (sorted, none of them the page's, all in
+    /// the key range the page closes) are written with the records as
+    /// their own tombstones, each slice holding those of its key range
+    /// (a page of no records: tombstones alone).
+    ///
     /// Each savepoint costs one subtransaction id, and the apply's
     /// transaction keeps them all until it ends: past
     /// [`MAX_SUBTRANSACTIONS`] (a streamed day's 65th page with a COPY), the
@@ -436,10 +478,11 @@ impl Writes {
         &mut self,
         tx: &Transaction<'_>,
         page: &[Record],
+        lacked: &[String],
         whole_day: Option<NaiveDate>,
         counts: &mut Counts,
     ) -> Result<()> {
-        let slices: Vec<&[Record]> = Slices::new(page, self.rows, self.bytes).collect();
+        let slices: Vec<Slice<'_>> = Slices::new(page, lacked, self.rows, self.bytes).collect();
         // A day written in a few statements is merged against its stored
         // rows read by one scan each; a longer one probes key by key, so
         // no statement reads the whole day again.
@@ -447,7 +490,28 @@ impl Writes {
         // Since the page's savepoint: the slice it was taken before, and
         // the counts then.
         let mut saved: Option<(usize, Counts)> = None;
-        for (i, slice) in slices.iter().enumerate() {
+        for (
+            i,
+            &Slice {
+                records: slice,
+                lacked,
+            },
+        ) in slices.iter().enumerate()
+        {
+            if let Some(listing) = &self.list {
+                let tombstones = (slice, lacked);
+                list_records(
+                    tx,
+                    listing,
+                    &self.merge,
+                    tombstones,
+                    day_scan,
+                    &self.columns,
+                    counts,
+                )
+                .await?;
+                continue;
+            }
             // Copied unchecked only where a stored key costs no more than
             // a lost race: under a savepoint this page holds or may take.
             let unchecked =
@@ -499,6 +563,7 @@ impl Writes {
                     self.copy_first = false;
                     *counts = before;
                     for slice in &slices[from..] {
+                        let slice = slice.records;
                         merge_records(tx, &self.merge, slice, day_scan, &self.columns, counts)
                             .await?;
                     }
@@ -662,7 +727,63 @@ async fn merge_records(
     columns: &Columns,
     counts: &mut Counts,
 ) -> Result<()> {
-    let mut pending: Vec<&Record> = slice.iter().collect();
+    let pending: Vec<&Record> = slice.iter().collect();
+    merge_until_settled(tx, merge, slice, pending, day_scan, columns, counts).await
+}
+
+/// A listing's slice: its records and its `lacked` keys written together
+/// by `Statements::list`, in key order, the tombstones counted as deleted
+/// and unlisted. Rows another writer raced past were locked by that
+/// statement and are judged again: records by the merge, tombstones by
+/// `Statements::unlist` (a row that left the day meanwhile stays as the
+/// other writer left it).
+async fn list_records(
+    tx: &Transaction<'_>,
+    listing: &Listing,
+    merge: &Statement,
+    (slice, lacked): (&[Record], &[String]),
+    day_scan: Option<NaiveDate>,
+    columns: &Columns,
+    counts: &mut Counts,
+) -> Result<()> {
+    let records: Vec<&Record> = slice.iter().collect();
+    let keys: Vec<&str> = lacked.iter().map(String::as_str).collect();
+    let tombstones = Tombstones {
+        keys: &keys,
+        day: listing.day,
+        as_of: listing.as_of,
+    };
+    let statement = (&listing.list, Some(tombstones));
+    let raced = merge_slice(tx, statement, &records, day_scan, columns, counts).await?;
+    let (mut pending, mut unlisted) = (Vec::new(), Vec::new());
+    for key in raced {
+        match slice.binary_search_by(|r| r.key().cmp(key.as_str())) {
+            Ok(i) => pending.push(&slice[i]),
+            Err(_) => unlisted.push(key),
+        }
+    }
+    if !unlisted.is_empty() {
+        let n = tx
+            .execute(&listing.unlist, &[&unlisted, &listing.day, &listing.as_of])
+            .await
+            .map_err(pg_error)?;
+        counts.deleted += n;
+        counts.unlisted += n;
+    }
+    merge_until_settled(tx, merge, slice, pending, day_scan, columns, counts).await
+}
+
+/// Merges `pending` (records of `slice`, sorted by key) until no row is
+/// left that another writer raced past.
+async fn merge_until_settled<'r>(
+    tx: &Transaction<'_>,
+    merge: &Statement,
+    slice: &'r [Record],
+    mut pending: Vec<&'r Record>,
+    day_scan: Option<NaiveDate>,
+    columns: &Columns,
+    counts: &mut Counts,
+) -> Result<()> {
     let mut passes = 0;
     while !pending.is_empty() {
         passes += 1;
@@ -676,7 +797,7 @@ async fn merge_records(
                 ),
             ));
         }
-        let raced = merge_slice(tx, merge, &pending, day_scan, columns, counts).await?;
+        let raced = merge_slice(tx, (merge, None), &pending, day_scan, columns, counts).await?;
         // Rows another writer committed after this statement's snapshot:
         // the upsert locked them and left them alone, so merging them again
         // sees them as they now are, for good.
@@ -693,11 +814,21 @@ async fn merge_records(
     Ok(())
 }
 
-/// Runs the merge statement on `records` (sorted by key), adds its counts
-/// and returns the keys a concurrent writer raced past.
+/// A listing's lacked keys for `Statements::list`, with the listed day
+/// and its `as_of`.
+#[derive(Debug, Clone, Copy)]
+struct Tombstones<'a> {
+    keys: &'a [&'a str],
+    day: NaiveDate,
+    as_of: DateTime<Utc>,
+}
+
+/// Runs the merge statement (or a listing's, with its tombstones) on
+/// `records` (sorted by key), adds its counts and returns the keys a
+/// concurrent writer raced past, sorted.
 async fn merge_slice(
     tx: &Transaction<'_>,
-    merge: &Statement,
+    (merge, tombstones): (&Statement, Option<Tombstones<'_>>),
     records: &[&Record],
     day_scan: Option<NaiveDate>,
     columns: &Columns,
@@ -714,11 +845,16 @@ async fn merge_slice(
     let mut params: Vec<&(dyn ToSql + Sync)> =
         vec![&keys, &dates, &values, &instants, &deleted, &day_scan];
     params.extend(arrays.iter().map(|a| a as &(dyn ToSql + Sync)));
+    if let Some(t) = &tombstones {
+        params.extend([&t.keys as &(dyn ToSql + Sync), &t.day, &t.as_of]);
+    }
     let row = tx.query_one(merge, &params).await.map_err(pg_error)?;
     let count = |name: &str| row.get::<_, i64>(name) as u64;
+    let unlisted = count("unlisted");
     counts.inserted += count("inserted");
     counts.updated += count("updated");
-    counts.deleted += count("deleted");
+    counts.deleted += count("deleted") + unlisted;
+    counts.unlisted += unlisted;
     counts.unchanged += count("unchanged");
     counts.stale += count("stale");
     let mut raced: Vec<String> = row
@@ -726,220 +862,4 @@ async fn merge_slice(
         .unwrap_or_default();
     raced.sort_unstable();
     Ok(raced)
-}
-
-/// What a record costs in a statement beyond its key and value: array
-/// element lengths, the date and the instant (28 bytes), rounded up.
-const ROW_OVERHEAD: usize = 64;
-
-/// Consecutive slices of records, each at most `rows` records and `bytes`
-/// bytes (key, value and [`ROW_OVERHEAD`] per record), and never empty: a
-/// record larger than `bytes` travels alone.
-#[derive(Debug)]
-struct Slices<'a> {
-    rest: &'a [Record],
-    rows: usize,
-    bytes: usize,
-}
-
-impl<'a> Slices<'a> {
-    fn new(records: &'a [Record], rows: usize, bytes: usize) -> Self {
-        Self {
-            rest: records,
-            rows: rows.max(1),
-            bytes,
-        }
-    }
-}
-
-impl<'a> Iterator for Slices<'a> {
-    type Item = &'a [Record];
-
-    fn next(&mut self) -> Option<&'a [Record]> {
-        if self.rest.is_empty() {
-            return None;
-        }
-        let mut size = 0;
-        let mut len = 0;
-        for record in self.rest.iter().take(self.rows) {
-            size += record.key().len() + record.value().len() + ROW_OVERHEAD;
-            if len > 0 && size > self.bytes {
-                break;
-            }
-            len += 1;
-        }
-        let (slice, rest) = self.rest.split_at(len);
-        self.rest = rest;
-        Some(slice)
-    }
-}
-
-/// What a listing's key costs in a statement beyond its bytes.
-const KEY_OVERHEAD: usize = 16;
-
-/// One page of a listing cut into consecutive key ranges, each sent in one
-/// statement of at most `bytes` bytes of keys: `(after, upto]` of the key
-/// space (`None`: unbounded) and the listing's keys inside it. The first
-/// range starts after the previous page's last key (`after`), each ends at
-/// its own last key, and the last page's last range runs to the end of
-/// the key space: the ranges of a day's pages cover the whole key space,
-/// in key order, so that every live row of the day is judged by exactly
-/// one statement, and a day of millions of keys never builds one message
-/// near Postgres' 1 GiB limit.
-#[derive(Debug)]
-struct KeyRanges<'a> {
-    rest: &'a [Record],
-    bytes: usize,
-    after: Option<&'a str>,
-    last_page: bool,
-}
-
-/// One range of [`KeyRanges`].
-#[derive(Debug, PartialEq)]
-struct KeyRange<'a> {
-    after: Option<&'a str>,
-    upto: Option<&'a str>,
-    keys: Vec<&'a str>,
-}
-
-impl<'a> KeyRanges<'a> {
-    fn new(page: &'a [Record], bytes: usize, after: Option<&'a str>, last_page: bool) -> Self {
-        Self {
-            rest: page,
-            bytes,
-            after,
-            last_page,
-        }
-    }
-}
-
-impl<'a> Iterator for KeyRanges<'a> {
-    type Item = KeyRange<'a>;
-
-    fn next(&mut self) -> Option<KeyRange<'a>> {
-        if self.rest.is_empty() {
-            return None;
-        }
-        let mut size = 0;
-        let mut len = 0;
-        for record in self.rest {
-            size += record.key().len() + KEY_OVERHEAD;
-            if len > 0 && size > self.bytes {
-                break;
-            }
-            len += 1;
-        }
-        let (range, rest) = self.rest.split_at(len);
-        self.rest = rest;
-        let last = range.last().map(Record::key);
-        let upto = match rest.is_empty() && self.last_page {
-            true => None,
-            false => last,
-        };
-        Some(KeyRange {
-            after: std::mem::replace(&mut self.after, last),
-            upto,
-            keys: range.iter().map(Record::key).collect(),
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use chrono::TimeZone;
-
-    fn records(sizes: &[usize]) -> Vec<Record> {
-        let day = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
-        let at = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
-        sizes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| Record::new(format!("{i:04}"), day, "v".repeat(*n), at).unwrap())
-            .collect()
-    }
-
-    fn lengths(records: &[Record], rows: usize, bytes: usize) -> Vec<usize> {
-        Slices::new(records, rows, bytes)
-            .map(<[Record]>::len)
-            .collect()
-    }
-
-    /// One record's cost with a 4-byte key and an `n`-byte value.
-    fn cost(n: usize) -> usize {
-        4 + n + ROW_OVERHEAD
-    }
-
-    #[test]
-    fn slices_are_bounded_by_rows() {
-        let r = records(&[1; 7]);
-        assert_eq!(lengths(&r, 3, usize::MAX), [3, 3, 1]);
-        assert_eq!(lengths(&r, 7, usize::MAX), [7]);
-        assert_eq!(lengths(&r, 0, usize::MAX), [1; 7]);
-        assert!(lengths(&[], 3, 100).is_empty());
-    }
-
-    #[test]
-    fn slices_are_bounded_by_bytes() {
-        let r = records(&[100, 100, 100, 100, 100]);
-        assert_eq!(lengths(&r, 100, 2 * cost(100)), [2, 2, 1]);
-        assert_eq!(lengths(&r, 100, 2 * cost(100) - 1), [1, 1, 1, 1, 1]);
-        assert_eq!(lengths(&r, 2, 10 * cost(100)), [2, 2, 1]);
-    }
-
-    fn ranges<'a>(
-        records: &'a [Record],
-        bytes: usize,
-        after: Option<&'a str>,
-        last: bool,
-    ) -> Vec<(Option<&'a str>, Option<&'a str>, usize)> {
-        KeyRanges::new(records, bytes, after, last)
-            .map(|r| (r.after, r.upto, r.keys.len()))
-            .collect()
-    }
-
-    #[test]
-    fn key_ranges_cover_the_key_space_in_order() {
-        // Keys "0000".."0006": 4 bytes each, 20 with the overhead.
-        let r = records(&[1; 7]);
-        let per_key = 4 + KEY_OVERHEAD;
-        assert_eq!(ranges(&r, 7 * per_key, None, true), [(None, None, 7)]);
-        assert_eq!(
-            ranges(&r, 3 * per_key, None, true),
-            [
-                (None, Some("0002"), 3),
-                (Some("0002"), Some("0005"), 3),
-                (Some("0005"), None, 1),
-            ]
-        );
-        // A page that is not the last ends at its last key; the next one
-        // starts after it.
-        assert_eq!(
-            ranges(&r[..3], 2 * per_key, None, false),
-            [(None, Some("0001"), 2), (Some("0001"), Some("0002"), 1)]
-        );
-        assert_eq!(
-            ranges(&r[3..], 100 * per_key, Some("0002"), true),
-            [(Some("0002"), None, 4)]
-        );
-        // A key larger than a range travels alone.
-        assert_eq!(
-            ranges(&r[..2], 1, None, true),
-            [(None, Some("0000"), 1), (Some("0000"), None, 1)]
-        );
-        // No keys, no range: the caller covers what is left.
-        assert!(ranges(&[], 100, Some("0002"), true).is_empty());
-        let keys: Vec<&str> = KeyRanges::new(&r, per_key, None, true)
-            .flat_map(|r| r.keys)
-            .collect();
-        assert_eq!(keys, r.iter().map(Record::key).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn a_record_larger_than_a_slice_travels_alone() {
-        let r = records(&[10, 1_000, 10, 10]);
-        assert_eq!(lengths(&r, 100, 2 * cost(10)), [1, 1, 2]);
-        let slices: Vec<_> = Slices::new(&r, 100, 1).collect();
-        assert_eq!(slices.concat(), r, "every record, in order, once");
-    }
 }

@@ -836,3 +836,98 @@ async fn a_tombstone_committed_by_a_concurrent_writer_is_judged_by_version() {
         assert_eq!(stored, winner, "case {n}");
     }
 }
+
+/// One case of [`a_listing_and_a_merge_moving_its_keys_never_deadlock`].
+type Interleaving = (Vec<Record>, Vec<Record>, &'static str, (u64, u64));
+
+/// A listing of one day and a merge of another that moves keys out of it,
+/// interleaved as a deadlock needs them: the merge (here a transaction
+/// held open, taking its rows in key order as the merge statement does)
+/// holds a row the listing must tombstone, then writes a later key the
+/// listing lists. The listing takes every row of a key range in one
+/// ordered statement, so it waits for the first without holding the
+/// second: the other writer goes on, and the listing, with no retry,
+/// ends as if it had run after it.
+#[tokio::test]
+async fn a_listing_and_a_merge_moving_its_keys_never_deadlock() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let (moved_to, listed_day) = (day(0), day(1));
+    // (the listing's day as stored before, the listing's records, the
+    //  other writer's statements after its first, the listing's counts
+    //  (stale, unlisted))
+    let cases: [Interleaving; 2] = [
+        // Both keys are stored under the listed day: `a` is unlisted, `z`
+        // listed; the other writer moves both away, newer.
+        (
+            vec![
+                rec("a", listed_day, "old", at(1)),
+                rec("z", listed_day, "old", at(1)),
+            ],
+            vec![rec("z", listed_day, "listed", at(2))],
+            "UPDATE {t} SET event_date = $1, value = 'moved', updated_at = $2 WHERE key = 'z'",
+            (1, 0),
+        ),
+        // The listed key is new: the other writer inserts it too, newer.
+        (
+            vec![rec("a", listed_day, "old", at(1))],
+            vec![rec("n", listed_day, "listed", at(2))],
+            "INSERT INTO {t} (key, event_date, value, updated_at) VALUES ('n', $1, 'moved', $2)",
+            (1, 0),
+        ),
+    ];
+    for (n, (stored, listed, second, expected)) in cases.into_iter().enumerate() {
+        let store = PostgresStore::builder()
+            .schema(testkit::unique_schema())
+            .connect(&url)
+            .await
+            .unwrap();
+        let t = format!("\"{}\".\"{}\"", store.schema(), store.table());
+        upsert(&store, listed_day, stored, WriteOptions::default())
+            .await
+            .unwrap();
+        let (other, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+        tokio::spawn(connection);
+        other
+            .batch_execute("BEGIN; SET LOCAL lock_timeout = '20s'")
+            .await
+            .unwrap();
+        // The other writer's first row: `a` moves to the other day.
+        other
+            .execute(
+                &format!(
+                    "UPDATE {t} SET event_date = $1, value = 'moved', updated_at = $2 \
+                     WHERE key = 'a'"
+                ),
+                &[&moved_to, &at(3)],
+            )
+            .await
+            .unwrap();
+        let listing_task = {
+            let store = store.clone();
+            let listed = listed.clone();
+            tokio::spawn(async move { upsert(&store, listed_day, listed, listing(at(3600))).await })
+        };
+        blocked_behind(&url, &other, 1).await;
+        // Its second, a later key the listing lists: it must not wait for
+        // the listing (which would be a deadlock, one of the two killed).
+        let written = other
+            .execute(&second.replace("{t}", &t), &[&moved_to, &at(3)])
+            .await;
+        assert!(written.is_ok(), "case {n}: the other writer: {written:?}");
+        other.batch_execute("COMMIT").await.unwrap();
+        let c = listing_task.await.unwrap();
+        let c = c.unwrap_or_else(|e| panic!("case {n}: the listing failed: {e}"));
+        assert_eq!((c.stale, c.unlisted), expected, "case {n}: {c:?}");
+        // As if the listing ran after the other writer: every key moved,
+        // as the other writer left it.
+        let rows = store.rows_with_tombstones().await.unwrap();
+        assert!(
+            rows.iter()
+                .all(|r| r.event_date() == moved_to && r.value() == "moved" && !r.is_deleted()),
+            "case {n}: {rows:?}"
+        );
+        assert_eq!(rows.len(), 2, "case {n}: {rows:?}");
+    }
+}

@@ -5,7 +5,8 @@
 //! - `conformance`: the shared suite every store must pass.
 //! - `behaviour`: what this store promises beyond the suite (typed errors,
 //!   no tuple written on a re-run of merges, listings or tombstones,
-//!   chunking, concurrent writers, listings locking their day, purge).
+//!   chunking, concurrent writers, listings locking their day, a listing
+//!   and a merge moving its keys never deadlocking, purge).
 //! - `pages`: streamed days applied page by page in one transaction: the
 //!   same rows, counts and ledger as one batch, listings judged range by
 //!   range, a store error in a late page leaving nothing, a concurrent
