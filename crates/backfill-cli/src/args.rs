@@ -4,8 +4,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use backfill_core::columns::{Column, ColumnType};
-use backfill_core::Shard;
+use backfill_core::settings::{parse_duration, parse_fraction, parse_size, Settings};
+use backfill_core::{Mode, Shard};
 use chrono::{DateTime, NaiveDate, Utc};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Idempotent daily syncs and backfills: re-run any day, any number of
@@ -29,8 +31,25 @@ Examples:
   backfill sync --lookback 1 --fetch-cmd './export.sh {day}'
   backfill status --from 2026-01-01 --to 2026-03-31")]
 pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: GlobalArgs,
     #[command(subcommand)]
     pub(crate) command: Command,
+}
+
+/// The configuration file and its profile, for every command.
+#[derive(Debug, Args)]
+pub(crate) struct GlobalArgs {
+    /// A TOML file of named profiles, each setting what flags and
+    /// `BACKFILL_*` variables do not (they win over it; it wins over the
+    /// defaults). By default `backfill.toml` in the working directory, if
+    /// there is one. `backfill config` shows what is in effect.
+    #[arg(long, global = true, env = "BACKFILL_CONFIG", value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// The configuration file's profile to use (by default the file's
+    /// `profile` key, else `default`).
+    #[arg(long, global = true, env = "BACKFILL_PROFILE", value_name = "NAME")]
+    pub(crate) profile: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -72,6 +91,24 @@ Examples:
 Example:
   backfill purge-tombstones --before 2026-01-01T00:00:00Z")]
     PurgeTombstones(PurgeArgs),
+    /// Every setting in effect — from flags, `BACKFILL_*` variables, the
+    /// configuration file's profile or the defaults — with where it comes
+    /// from; passwords hidden.
+    #[command(after_help = "\
+Examples:
+  backfill config
+  backfill config --profile prod
+  backfill config --profile prod --retries 5 --json")]
+    Config(ConfigArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ConfigArgs {
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
+    /// Days synced at once.
+    #[arg(long, env = "BACKFILL_CONCURRENCY", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub(crate) concurrency: Option<u16>,
 }
 
 /// Where the records live.
@@ -84,16 +121,22 @@ pub(crate) struct StoreArgs {
     #[arg(
         long,
         env = "BACKFILL_STORE",
-        default_value = "sqlite://backfill.db",
+        default_value = default_text("store"),
         hide_env_values = true,
         value_name = "URL"
     )]
     pub(crate) store: String,
+    /// The environment variable holding the Postgres password, written
+    /// into the store's URL (`postgres://USER@HOST/DB`) when it is opened:
+    /// the way to give a password with a configuration file, which never
+    /// holds one.
+    #[arg(long, env = "BACKFILL_PASSWORD_ENV", value_name = "VAR")]
+    pub(crate) password_env: Option<String>,
     /// The records table (lowercase letters, digits and `_`).
-    #[arg(long, env = "BACKFILL_TABLE", default_value = "backfill_records")]
+    #[arg(long, env = "BACKFILL_TABLE", default_value = default_text("table"))]
     pub(crate) table: String,
     /// The Postgres schema.
-    #[arg(long, env = "BACKFILL_SCHEMA", default_value = "public")]
+    #[arg(long, env = "BACKFILL_SCHEMA", default_value = default_text("schema"))]
     pub(crate) schema: String,
     /// PEM file of root certificates to trust for Postgres over TLS, instead
     /// of the system's.
@@ -203,13 +246,22 @@ fn columns_from_json(text: &str) -> Result<Vec<Column>, String> {
         .collect()
 }
 
+/// The value of a setting's default as clap shows it (`[default: 1s]`):
+/// the library's, as text.
+pub(crate) fn default_text(name: &str) -> &'static str {
+    let text = Settings::defaults().text(name).unwrap_or_default();
+    // Once per flag and process: the help's defaults live as long as it.
+    Box::leak(text.into_boxed_str())
+}
+
 fn parse_column(s: &str) -> Result<Column, String> {
     Column::parse(s).map_err(|e| e.to_string())
 }
 
-/// How each day's records are fetched: exactly one of the two.
+/// How each day's records are fetched: exactly one of the two (here, or
+/// in the configuration file's profile).
 #[derive(Debug, Args)]
-#[group(required = true, multiple = false)]
+#[group(multiple = false)]
 pub(crate) struct FetchArgs {
     /// A shell command run once per day, `{day}` replaced by the day
     /// (YYYY-MM-DD, also in $BACKFILL_DAY); it prints the day's records as
@@ -232,8 +284,14 @@ pub(crate) struct RunArgs {
     pub(crate) fetch: FetchArgs,
     /// `merge` adds and updates records; `replace` takes each day's fetch as
     /// the whole day, deleting (tombstoning) the keys it lacks.
-    #[arg(long, value_enum, default_value_t = ModeArg::Merge)]
-    pub(crate) mode: ModeArg,
+    #[arg(
+        long,
+        env = "BACKFILL_MODE",
+        default_value = default_text("mode"),
+        value_parser = PossibleValuesParser::new(Mode::ALL.map(Mode::as_str))
+            .map(|m| m.parse::<Mode>().unwrap_or_default()),
+    )]
+    pub(crate) mode: Mode,
     /// In replace mode, let an empty fetch empty a day that has rows
     /// (refused by default: an empty listing is more often an upstream
     /// fault than a real emptying). An allowed empty listing is not held
@@ -248,14 +306,14 @@ pub(crate) struct RunArgs {
     #[arg(
         long,
         env = "BACKFILL_MAX_DELETE_FRACTION",
-        default_value_t = backfill_core::DEFAULT_MAX_DELETE_FRACTION,
+        default_value = default_text("max_delete_fraction"),
         value_parser = parse_fraction,
         value_name = "F"
     )]
     pub(crate) max_delete_fraction: f64,
     /// Retries of a day after a transient failure (exit 75, a lost
     /// connection, a timeout), with exponential backoff.
-    #[arg(long, env = "BACKFILL_RETRIES", default_value_t = 2, value_name = "N")]
+    #[arg(long, env = "BACKFILL_RETRIES", default_value = default_text("retries"), value_name = "N")]
     pub(crate) retries: u32,
     /// The delay before the first retry of a day; each further retry waits
     /// twice as long, up to `--max-retry-delay` (each delay drawn from its
@@ -264,7 +322,7 @@ pub(crate) struct RunArgs {
     #[arg(
         long,
         env = "BACKFILL_RETRY_DELAY",
-        default_value = "2s",
+        default_value = default_text("retry_delay"),
         value_parser = parse_duration,
         value_name = "DURATION"
     )]
@@ -273,7 +331,7 @@ pub(crate) struct RunArgs {
     #[arg(
         long,
         env = "BACKFILL_MAX_RETRY_DELAY",
-        default_value = "5m",
+        default_value = default_text("max_retry_delay"),
         value_parser = parse_duration,
         value_name = "DURATION"
     )]
@@ -283,7 +341,7 @@ pub(crate) struct RunArgs {
     #[arg(
         long,
         env = "BACKFILL_DAY_TIMEOUT",
-        default_value = "1h",
+        default_value = default_text("day_timeout"),
         value_parser = parse_duration,
         value_name = "DURATION"
     )]
@@ -304,13 +362,13 @@ pub(crate) struct RunArgs {
     #[arg(
         long,
         env = "BACKFILL_STREAM_MEMORY",
-        default_value = "64MiB",
+        default_value = default_text("stream_memory"),
         value_parser = parse_size,
         value_name = "SIZE"
     )]
     pub(crate) stream_memory: usize,
     /// The time zone that says what "today" is (an IANA name).
-    #[arg(long, env = "BACKFILL_TZ", default_value = "UTC", value_parser = parse_zone, value_name = "ZONE")]
+    #[arg(long, env = "BACKFILL_TZ", default_value = default_text("time_zone"), value_parser = parse_zone, value_name = "ZONE")]
     pub(crate) tz: chrono_tz::Tz,
     /// In merge mode, skip the write of a day whose records have the digest
     /// of its last sync (nothing read or written).
@@ -327,6 +385,10 @@ pub(crate) struct RunArgs {
     /// stderr).
     #[arg(long)]
     pub(crate) json: bool,
+    /// The effective settings (`config::resolve`), which the job is built
+    /// from.
+    #[arg(skip)]
+    pub(crate) settings: Settings,
 }
 
 #[derive(Debug, Args)]
@@ -360,7 +422,7 @@ pub(crate) struct BackfillArgs {
     #[arg(long, value_parser = parse_instant, value_name = "INSTANT", conflicts_with = "only")]
     pub(crate) synced_before: Option<DateTime<Utc>>,
     /// Days synced at once.
-    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(long, env = "BACKFILL_CONCURRENCY", default_value = default_text("concurrency"), value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     pub(crate) concurrency: u16,
     /// Run shard INDEX of COUNT (from 0): N processes with 0/N … N-1/N cover
     /// the range exactly once between them.
@@ -380,7 +442,7 @@ pub(crate) struct StatusArgs {
     #[arg(long, value_parser = parse_day, value_name = "DAY")]
     pub(crate) to: Option<DayArg>,
     /// The time zone of `today` and `yesterday`.
-    #[arg(long, env = "BACKFILL_TZ", default_value = "UTC", value_parser = parse_zone, value_name = "ZONE")]
+    #[arg(long, env = "BACKFILL_TZ", default_value = default_text("time_zone"), value_parser = parse_zone, value_name = "ZONE")]
     pub(crate) tz: chrono_tz::Tz,
     /// `calendar` (the default on a terminal), `summary` (the default in a
     /// pipe), `table` (every day on its line, errors in full) or `json`
@@ -405,12 +467,6 @@ pub(crate) struct PurgeArgs {
     pub(crate) json: bool,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum ModeArg {
-    Merge,
-    Replace,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -506,58 +562,10 @@ fn parse_instant(s: &str) -> Result<DateTime<Utc>, String> {
         })
 }
 
-/// A fraction from 0 to 1, as `0.5` or `50%`.
-fn parse_fraction(s: &str) -> Result<f64, String> {
-    let bad = || format!("`{s}` is not a fraction: expected 0 to 1 (0.5) or a percentage (50%)");
-    let fraction = match s.strip_suffix('%') {
-        Some(percent) => percent.trim().parse::<f64>().map_err(|_| bad())? / 100.0,
-        None => s.trim().parse::<f64>().map_err(|_| bad())?,
-    };
-    if (0.0..=1.0).contains(&fraction) {
-        Ok(fraction)
-    } else {
-        Err(bad())
-    }
-}
-
-/// A size in bytes: a number with an optional unit, `B`, `kB`, `MB`, `GB`
-/// (powers of 1000) or `KiB`, `MiB`, `GiB` (powers of 1024), any case.
-fn parse_size(s: &str) -> Result<usize, String> {
-    let bad = || {
-        format!("`{s}` is not a size: expected bytes or a number with a unit (64MiB, 512MB, 1GiB)")
-    };
-    let text = s.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number.parse().map_err(|_| bad())?;
-    let unit: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "kb" | "k" => 1_000,
-        "mb" | "m" => 1_000_000,
-        "gb" | "g" => 1_000_000_000,
-        "kib" => 1 << 10,
-        "mib" => 1 << 20,
-        "gib" => 1 << 30,
-        _ => return Err(bad()),
-    };
-    number
-        .checked_mul(unit)
-        .and_then(|bytes| usize::try_from(bytes).ok())
-        .filter(|bytes| *bytes > 0)
-        .ok_or_else(bad)
-}
-
 fn parse_zone(s: &str) -> Result<chrono_tz::Tz, String> {
     s.parse::<chrono_tz::Tz>().map_err(|_| {
         format!("`{s}` is not a time zone: expected an IANA name such as Europe/Paris or UTC")
     })
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s)
-        .map_err(|e| format!("`{s}` is not a duration (10m, 1h30m, 90s): {e}"))
 }
 
 #[cfg(test)]

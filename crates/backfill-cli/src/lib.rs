@@ -83,6 +83,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod args;
+mod config;
+mod failure;
 pub mod fetch;
 pub mod jsonl;
 mod output;
@@ -93,69 +95,22 @@ pub mod store;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 use crate::args::{Cli, Command};
-
-/// Every selected day succeeded.
-pub const EXIT_OK: u8 = 0;
-/// Usage or configuration error, a store that refuses: nothing was run,
-/// and running it again will not help.
-pub const EXIT_ERROR: u8 = 1;
-/// Some days failed; the others are written.
-pub const EXIT_DAYS_FAILED: u8 = 2;
-/// The store could not be reached (refused, timed out, not resolved,
-/// turning connections away, locked): nothing was run; try again later.
-pub const EXIT_UNREACHABLE: u8 = 3;
-/// Interrupted by Ctrl-C (SIGINT) or SIGTERM after the days in flight
-/// finished or rolled back.
-pub const EXIT_INTERRUPTED: u8 = 130;
-
-/// Why the command stops without running its job.
-#[derive(Debug)]
-pub(crate) enum Failure {
-    /// A bad option or combination of options.
-    Config(String),
-    /// The store could not be opened or read.
-    Store(String),
-    /// The store could not be reached: worth trying again later.
-    Unreachable(String),
-}
-
-impl Failure {
-    /// A store error, told apart by whether the store was out of reach.
-    pub(crate) fn store(error: &backfill_core::Error, message: String) -> Self {
-        if reach::out_of_reach(error) {
-            Failure::Unreachable(message)
-        } else {
-            Failure::Store(message)
-        }
-    }
-
-    /// The command's exit status for it.
-    fn exit_code(&self) -> u8 {
-        match self {
-            Failure::Config(_) | Failure::Store(_) => EXIT_ERROR,
-            Failure::Unreachable(_) => EXIT_UNREACHABLE,
-        }
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Config(message) | Failure::Store(message) | Failure::Unreachable(message) => {
-                f.write_str(message)
-            }
-        }
-    }
-}
+pub(crate) use crate::failure::Failure;
+pub use crate::failure::{
+    EXIT_DAYS_FAILED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE,
+};
 
 /// Runs the command with the process's arguments and returns its exit
 /// status.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(error) => {
             use clap::error::ErrorKind;
             // Help and the version asked for are success; the help shown
@@ -167,6 +122,17 @@ pub fn main() -> ExitCode {
             // clap prints help to stdout and errors to stderr.
             let _ = error.print();
             return ExitCode::from(code);
+        }
+    };
+    // The subcommand's flags, for where each setting comes from.
+    let Some((_, flags)) = matches.subcommand() else {
+        return ExitCode::from(EXIT_ERROR);
+    };
+    let resolved = match config::resolve(&cli.global, flags) {
+        Ok(resolved) => resolved,
+        Err(failure) => {
+            eprintln!("error: {failure}");
+            return ExitCode::from(failure.exit_code());
         }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -181,10 +147,11 @@ pub fn main() -> ExitCode {
     };
     let code = runtime.block_on(async {
         let outcome = match cli.command {
-            Command::Sync(args) => run::sync(args).await,
-            Command::Backfill(args) => run::backfill(args).await,
-            Command::Status(args) => status::run(args).await,
-            Command::PurgeTombstones(args) => run::purge(args).await,
+            Command::Sync(args) => run::sync(args, &resolved).await,
+            Command::Backfill(args) => run::backfill(args, &resolved).await,
+            Command::Status(args) => status::run(args, &resolved).await,
+            Command::PurgeTombstones(args) => run::purge(args, &resolved).await,
+            Command::Config(args) => config::show(&args, &resolved),
         };
         match outcome {
             Ok(code) => code,

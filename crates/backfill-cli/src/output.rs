@@ -76,16 +76,7 @@ impl Output {
                 ));
             }
             Event::DayStarted { .. } => {}
-            Event::DayRetrying {
-                day,
-                attempt,
-                error,
-                delay,
-            } => self.note(&format!(
-                "{day}  attempt {attempt} failed, retrying in {:.1} s: {}",
-                delay.as_secs_f64(),
-                one_line(&error_text(error))
-            )),
+            Event::DayRetrying { .. } => self.day_line(event),
             Event::DayFinished { report } => {
                 let c = report.counts;
                 {
@@ -94,35 +85,25 @@ impl Output {
                     tally.written += c.written();
                 }
                 if self.bar.is_none() {
-                    self.note(&format!(
-                        "{}  synced   inserted {} updated {} deleted {} unchanged {} stale {}{} in {:.2} s",
-                        report.day,
-                        c.inserted,
-                        c.updated,
-                        c.deleted,
-                        c.unchanged,
-                        c.stale,
-                        if c.skipped > 0 { format!(" skipped {}", c.skipped) } else { String::new() },
-                        report.elapsed.as_secs_f64()
-                    ));
+                    self.day_line(event);
                 }
                 self.advance();
             }
-            Event::DayFailed {
-                day,
-                attempts,
-                error,
-            } => {
+            Event::DayFailed { .. } => {
                 self.tally.lock().expect("tally").failed += 1;
-                self.note(&format!(
-                    "{day}  FAILED after {attempts} attempt{}: {}",
-                    if *attempts == 1 { "" } else { "s" },
-                    one_line(&error_text(error))
-                ));
+                self.day_line(event);
                 self.advance();
             }
             Event::RunFinished { .. } => {}
             _ => {}
+        }
+    }
+
+    /// A day's line, as the library words it (errors as this command
+    /// does, [`error_text`]).
+    fn day_line(&self, event: &Event<'_>) {
+        if let Some(line) = event.day_line(error_text) {
+            self.note(&line);
         }
     }
 
@@ -234,10 +215,4 @@ pub(crate) fn error_text(error: &Error) -> String {
         }
         _ => error.to_string(),
     }
-}
-
-/// The first line of an error, for one log line (the whole error is in the
-/// report and the ledger).
-fn one_line(text: &str) -> &str {
-    text.lines().next().unwrap_or_default()
 }

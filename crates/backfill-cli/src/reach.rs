@@ -31,12 +31,7 @@ use rusqlite::ErrorCode;
 pub(crate) fn out_of_reach(error: &Error) -> bool {
     match error {
         Error::Backend { retryable, .. } => *retryable,
-        Error::Open { source, .. } => {
-            std::iter::successors(Some(&**source as &(dyn std::error::Error + 'static)), |e| {
-                e.source()
-            })
-            .any(is_out_of_reach)
-        }
+        Error::Open { source, .. } => backfill_core::text::causes(&**source).any(is_out_of_reach),
         _ => false,
     }
 }

@@ -5,20 +5,21 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use backfill_core::{
-    BackfillError, DayFailure, Error, EventDates, Fetch, Job, Mode, ReplaceGuard, Retry, RunReport,
-    Select, StopHandle, Store,
+    BackfillError, DayFailure, Error, Fetch, Job, RunReport, Select, StopHandle, Store,
 };
 use chrono::NaiveDate;
 
-use crate::args::{BackfillArgs, ModeArg, OnlyArg, PurgeArgs, RunArgs, SyncArgs};
+use crate::args::{BackfillArgs, OnlyArg, PurgeArgs, RunArgs, SyncArgs};
+use crate::config::{self, Resolved};
 use crate::fetch::{CommandFetch, FileFetch};
 use crate::output::{error_text, Output};
 use crate::store::{self, Access};
 use crate::{Failure, EXIT_DAYS_FAILED, EXIT_INTERRUPTED, EXIT_OK};
 
 /// `backfill sync`.
-pub(crate) async fn sync(args: SyncArgs) -> Result<u8, Failure> {
-    let job = job(&args.run);
+pub(crate) async fn sync(mut args: SyncArgs, resolved: &Resolved) -> Result<u8, Failure> {
+    config::apply(resolved, &mut args.run)?;
+    let job = job(&args.run)?;
     let today = job.today();
     let days = match args.day {
         Some(day) => {
@@ -41,8 +42,10 @@ pub(crate) async fn sync(args: SyncArgs) -> Result<u8, Failure> {
 }
 
 /// `backfill backfill`.
-pub(crate) async fn backfill(args: BackfillArgs) -> Result<u8, Failure> {
-    let mut job = job(&args.run);
+pub(crate) async fn backfill(mut args: BackfillArgs, resolved: &Resolved) -> Result<u8, Failure> {
+    config::apply(resolved, &mut args.run)?;
+    let concurrency = args.run.settings.concurrency.unwrap_or(1) as usize;
+    let mut job = job(&args.run)?;
     let today = job.today();
     let (start, end) = (args.from.resolve(today), args.to.resolve(today));
     if start > end {
@@ -57,17 +60,16 @@ pub(crate) async fn backfill(args: BackfillArgs) -> Result<u8, Failure> {
         (None, OnlyArg::Failed) => Select::Failed,
         (None, OnlyArg::MissingOrFailed) => Select::MissingOrFailed,
     };
-    job = job
-        .select(select)
-        .concurrency(usize::from(args.concurrency));
+    job = job.select(select);
     if let Some(shard) = args.shard {
         job = job.shard(shard);
     }
-    execute(&args.run, job, start..=end, usize::from(args.concurrency)).await
+    execute(&args.run, job, start..=end, concurrency).await
 }
 
 /// `backfill purge-tombstones`.
-pub(crate) async fn purge(args: PurgeArgs) -> Result<u8, Failure> {
+pub(crate) async fn purge(mut args: PurgeArgs, resolved: &Resolved) -> Result<u8, Failure> {
+    config::apply_store(resolved, &mut args.store)?;
     let store = store::open(&args.store, Access::Write { connections: 1 }).await?;
     let purged = store
         .purge_tombstones(args.before)
@@ -85,40 +87,18 @@ pub(crate) async fn purge(args: PurgeArgs) -> Result<u8, Failure> {
     Ok(EXIT_OK)
 }
 
-/// The job the options describe (without its days, selection or shard).
-fn job(args: &RunArgs) -> Job {
-    let mut job = Job::new()
-        .time_zone(args.tz)
-        .mode(match args.mode {
-            ModeArg::Merge => Mode::Merge,
-            ModeArg::Replace => Mode::Replace,
-        })
-        .replace_guard(
-            ReplaceGuard::default()
-                .allow_empty(args.allow_empty_replace)
-                .max_delete_fraction(args.max_delete_fraction),
-        )
-        .retry(
-            Retry::default()
-                .max_attempts(args.retries.saturating_add(1))
-                .backoff(args.retry_delay, args.max_retry_delay),
-        )
-        .fail_fast(args.fail_fast)
-        .event_dates(if args.lenient_event_dates {
-            EventDates::Lenient
-        } else {
-            EventDates::Strict
-        })
-        .stream_memory(args.stream_memory)
-        .skip_unchanged(args.skip_unchanged)
+/// The job the effective settings describe, with this run's own options
+/// (without its days, selection or shard).
+fn job(args: &RunArgs) -> Result<Job, Failure> {
+    let mut job = args
+        .settings
+        .job()
+        .map_err(|e| Failure::Config(e.to_string()))?
         .dry_run(args.dry_run);
-    if !args.day_timeout.is_zero() {
-        job = job.day_timeout(args.day_timeout);
-    }
     if let Some(id) = &args.run_id {
         job = job.run_id(id.as_str());
     }
-    job
+    Ok(job)
 }
 
 /// Opens the store, runs `days` with Ctrl-C handling and progress, prints

@@ -6,10 +6,11 @@
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
 
-use backfill_core::{DayState, DayStatus, Job, Status};
+use backfill_core::{DayState, DayStatus, Status};
 use chrono::{Datelike, NaiveDate};
 
 use crate::args::{StatusArgs, StatusFormat};
+use crate::config::Resolved;
 use crate::store::{self, Access};
 use crate::{Failure, EXIT_OK};
 
@@ -17,8 +18,12 @@ use crate::{Failure, EXIT_OK};
 const DEFAULT_DAYS: u64 = 30;
 
 /// `backfill status`.
-pub(crate) async fn run(args: StatusArgs) -> Result<u8, Failure> {
-    let job = Job::new().time_zone(args.tz);
+pub(crate) async fn run(mut args: StatusArgs, resolved: &Resolved) -> Result<u8, Failure> {
+    crate::config::apply_store(resolved, &mut args.store)?;
+    let job = resolved
+        .settings
+        .job()
+        .map_err(|e| Failure::Config(e.to_string()))?;
     let today = job.today();
     let end = args.to.map_or(today, |to| to.resolve(today));
     let start = match args.from {
@@ -330,7 +335,7 @@ fn table(status: &Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use backfill_core::{MemoryStore, Record, Retry};
+    use backfill_core::{Job, MemoryStore, Record, Retry};
     use chrono::NaiveDate;
 
     /// January 3 … February 28 2026: January synced up to the 20th except

@@ -194,20 +194,12 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
 /// creating a new object"), and for `status`, a database, schema or table
 /// that does not exist said as what it means there.
 fn postgres_text(error: &backfill_core::Error, access: Access) -> String {
-    use std::error::Error as _;
     let backfill_core::Error::Open { source, .. } = error else {
         return error.to_string();
     };
     // The driver's error, wherever the pool put it, with its causes.
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&**source);
-    let mut driver = None;
-    while let Some(error) = cause {
-        if let Some(pg) = error.downcast_ref::<backfill_postgres::tokio_postgres::Error>() {
-            driver = Some(pg);
-            break;
-        }
-        cause = error.source();
-    }
+    let driver = backfill_core::text::causes(&**source)
+        .find_map(|e| e.downcast_ref::<backfill_postgres::tokio_postgres::Error>());
     let Some(driver) = driver else {
         return read_only_wording(&error.to_string(), access);
     };
@@ -218,16 +210,7 @@ fn postgres_text(error: &backfill_core::Error, access: Access) -> String {
         }
         return format!("postgres: cannot open the store: {db}");
     }
-    let mut text = driver.to_string();
-    let mut cause = driver.source();
-    while let Some(error) = cause {
-        let more = error.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = error.source();
-    }
+    let text = backfill_core::text::Chain(driver);
     format!("postgres: cannot open the store: {text}")
 }
 

@@ -1821,3 +1821,166 @@ async fn typed_columns_are_kept_and_bad_data_fails_its_day() {
         ]
     );
 }
+
+/// A profile of `backfill.toml` configures a run; flags and `BACKFILL_*`
+/// variables win over it; `backfill config` says where each setting
+/// comes from, the password hidden.
+#[tokio::test]
+async fn a_profile_configures_the_run_and_flags_win_over_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("days")).unwrap();
+    let line = |key: &str, day: u32, total: u32| {
+        format!(
+            r#"{{"key":"{key}","event_date":"2026-01-{day:02}","value":{{"total":{total}}},"updated_at":"2026-01-{day:02}T09:00:00Z"}}"#
+        )
+    };
+    for day in 1..=2 {
+        let lines = [
+            line(&format!("a{day}"), day, 1),
+            line(&format!("b{day}"), day, 2),
+        ]
+        .join("\n");
+        std::fs::write(
+            dir.path().join(format!("days/2026-01-{day:02}.jsonl")),
+            lines,
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        dir.path().join("backfill.toml"),
+        r#"profile = "shop"
+
+[profiles.shop]
+store = "sqlite://shop.db"
+table = "orders"
+columns = ["total:integer"]
+fetch_files = "days/{day}.jsonl"
+retries = 4
+retry_delay = "3s"
+
+[profiles.warehouse]
+store = "postgres://etl@localhost:1/w"
+password_env = "WAREHOUSE_PASSWORD"
+"#,
+    )
+    .unwrap();
+    let output = run(range(&mut backfill(dir.path()), 1, 2).arg("--json"));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    assert_eq!(totals(&json(&output)), (4, 4));
+    let store = SqliteStore::builder(dir.path().join("shop.db"))
+        .table("orders")
+        .columns(vec![
+            backfill_core::columns::Column::parse("total:integer").unwrap()
+        ])
+        .open()
+        .await
+        .unwrap();
+    assert_eq!(store.rows().await.unwrap().len(), 4);
+
+    // Where each setting comes from.
+    let output = run(backfill(dir.path())
+        .args(["config", "--json", "--retries", "1"])
+        .env("BACKFILL_TABLE", "other"));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let settings = json(&output);
+    let source = |key: &str| settings[key]["source"].as_str().unwrap().to_owned();
+    let value = |key: &str| settings[key]["value"].as_str().map(str::to_owned);
+    assert_eq!(source("store"), "backfill.toml [shop]");
+    assert_eq!(value("retries").as_deref(), Some("1"));
+    assert_eq!(source("retries"), "--retries");
+    assert_eq!(
+        (value("table").as_deref(), source("table").as_str()),
+        (Some("other"), "BACKFILL_TABLE")
+    );
+    assert_eq!(
+        (
+            value("retry_delay").as_deref(),
+            source("retry_delay").as_str()
+        ),
+        (Some("3s"), "backfill.toml [shop]")
+    );
+    assert_eq!(
+        (
+            value("max_retry_delay").as_deref(),
+            source("max_retry_delay").as_str()
+        ),
+        (Some("5m"), "default")
+    );
+    assert_eq!(value("columns").as_deref(), Some(r#"["total:integer"]"#));
+
+    // The password comes from its variable, and is never shown.
+    let output = run(backfill(dir.path())
+        .args(["config", "--profile", "warehouse"])
+        .env("WAREHOUSE_PASSWORD", "hunter2-secret"));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let shown = text(&output.stdout);
+    assert!(
+        shown.contains("postgres://etl:***@localhost:1/w"),
+        "{shown}"
+    );
+    assert!(!shown.contains("hunter2"), "{shown}");
+    let output = run(backfill(dir.path()).args(["config", "--profile", "warehouse"]));
+    assert_eq!(code(&output), 1, "{}", show(&output));
+    assert!(
+        text(&output.stderr).contains(
+            "backfill.toml:13: password_env: the environment variable WAREHOUSE_PASSWORD is not set"
+        ),
+        "{}",
+        show(&output)
+    );
+}
+
+/// A file with an unknown key, a value of the wrong type, a password, or
+/// a profile it lacks: one error naming the file, the line and the key,
+/// exit 1, and nothing run.
+#[test]
+fn a_bad_configuration_file_is_exit_1_naming_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "[profiles.default]\nstore = \"sqlite://x.db\"\nretry_dealy = \"2s\"\n",
+            "bad.toml:3: unknown field `retry_dealy`",
+        ),
+        ("[profiles.default]\nretries = \"two\"\n", "bad.toml:2: "),
+        (
+            "[profiles.default]\n\nday_timeout = \"forever\"\n",
+            "bad.toml:3: day_timeout: `forever` is not a duration",
+        ),
+        (
+            "[profiles.default]\nmode = \"upsert\"\n",
+            "bad.toml:2: mode: `upsert` is not a mode",
+        ),
+        (
+            "[profiles.default]\nstore = \"postgres://u:pw@h/db\"\n",
+            "bad.toml:2: store: holds a password",
+        ),
+        (
+            "[profiles.other]\n",
+            "bad.toml: no profile \"default\" (the file has other)",
+        ),
+    ];
+    for (file, says) in cases {
+        std::fs::write(dir.path().join("bad.toml"), file).unwrap();
+        let output = run(range(&mut backfill(dir.path()), 1, 1).args([
+            "--config",
+            "bad.toml",
+            "--fetch-cmd",
+            "touch fetched",
+        ]));
+        assert_eq!(code(&output), 1, "{file}: {}", show(&output));
+        assert!(
+            text(&output.stderr).contains(says),
+            "{file}: {}",
+            show(&output)
+        );
+        assert!(!dir.path().join("fetched").exists() && !dir.path().join("backfill.db").exists());
+    }
+    // No file, but a profile asked for.
+    let output = run(backfill(dir.path()).args(["config", "--profile", "prod"]));
+    assert_eq!(code(&output), 1, "{}", show(&output));
+    assert!(
+        text(&output.stderr).contains("no configuration file"),
+        "{}",
+        show(&output)
+    );
+}

@@ -10,7 +10,6 @@ mod mismatch;
 
 pub use mismatch::{Difference, TableMismatch};
 
-use crate::counts::Mode;
 use crate::error::{Error, Field, Problem, Result};
 use crate::record::Record;
 
@@ -75,23 +74,6 @@ pub fn check_value_sizes(records: &[Record], max: usize) -> Result<()> {
             },
         }),
         None => Ok(()),
-    }
-}
-
-/// How a ledger spells a mode: `"merge"` or `"replace"`.
-pub fn mode_text(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Merge => "merge",
-        Mode::Replace => "replace",
-    }
-}
-
-/// A mode from its ledger spelling ([`mode_text`]), or `None`.
-pub fn parse_mode(text: &str) -> Option<Mode> {
-    match text {
-        "merge" => Some(Mode::Merge),
-        "replace" => Some(Mode::Replace),
-        _ => None,
     }
 }
 

@@ -811,15 +811,7 @@ fn parse_instant(s: &str) -> Option<DateTime<Utc>> {
 
 /// At most 200 bytes of an offending text, cut at a character boundary.
 fn shorten(text: &str) -> String {
-    const MAX: usize = 200;
-    if text.len() <= MAX {
-        return text.to_owned();
-    }
-    let mut end = MAX;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    crate::text::cut(text, 200).into_owned()
 }
 
 #[cfg(test)]

@@ -22,6 +22,42 @@ pub enum Mode {
     Replace,
 }
 
+impl Mode {
+    /// Every mode, in the order [`Mode::as_str`] names them.
+    pub const ALL: [Mode; 2] = [Mode::Merge, Mode::Replace];
+
+    /// The mode's one spelling: `merge` or `replace`, in flags, files,
+    /// Python's arguments and the ledger alike.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mode::Merge => "merge",
+            Mode::Replace => "replace",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = crate::Error;
+
+    /// A mode from [`Mode::as_str`]'s spelling.
+    fn from_str(text: &str) -> crate::Result<Mode> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == text)
+            .ok_or_else(|| {
+                crate::Error::InvalidSetting(format!(
+                    "mode must be \"merge\" or \"replace\", not {text:?}"
+                ))
+            })
+    }
+}
+
 /// What applying a batch did, key by key.
 ///
 /// Each record of the batch (after collapsing) lands in exactly one of

@@ -100,6 +100,11 @@ pub enum Error {
         name: String,
     },
 
+    /// A setting's value is not one it can take ([`Settings`](crate::settings::Settings)):
+    /// nothing was run.
+    #[error("invalid setting: {0}")]
+    InvalidSetting(String),
+
     /// The fetch function failed for a day. Retried only when the fetch
     /// marked its error [`Transient`]; a run stops when it marked it
     /// [`Fatal`].
@@ -251,14 +256,7 @@ pub struct Transient(BoxError);
 /// Whether `error` or any of its causes is a `T`: how [`Transient`] and
 /// [`Fatal`] are found under the caller's own error types and contexts.
 fn in_chain<T: std::error::Error + 'static>(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(error);
-    while let Some(error) = cause {
-        if error.is::<T>() {
-            return true;
-        }
-        cause = error.source();
-    }
-    false
+    crate::text::causes(error).any(|e| e.is::<T>())
 }
 
 impl Transient {
@@ -412,28 +410,7 @@ impl fmt::Display for Problem {
     }
 }
 
-/// Shows an error and its causes, `error: cause: cause`. Driver errors often
-/// keep the useful part in a cause (tokio-postgres shows only "db error";
-/// the server's message is its source), and this is where the store's
-/// opaque error meets the user, so the whole chain is shown. A cause whose
-/// text is already shown is skipped.
-struct Chain<'a>(&'a (dyn std::error::Error + 'static));
-
-impl fmt::Display for Chain<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut shown = self.0.to_string();
-        let mut cause = self.0.source();
-        while let Some(error) = cause {
-            let text = error.to_string();
-            if !shown.contains(&text) {
-                shown.push_str(": ");
-                shown.push_str(&text);
-            }
-            cause = error.source();
-        }
-        f.write_str(&shown)
-    }
-}
+use crate::text::Chain;
 
 /// Shows a key in a message, shortened when it is long.
 struct ShortKey<'a>(&'a str);
@@ -444,11 +421,8 @@ impl fmt::Display for ShortKey<'_> {
         if self.0.len() <= SHOWN {
             return write!(f, "{:?}", self.0);
         }
-        let mut end = SHOWN;
-        while !self.0.is_char_boundary(end) {
-            end -= 1;
-        }
-        write!(f, "{:?}… ({} bytes)", &self.0[..end], self.0.len())
+        let shown = crate::text::prefix(self.0, SHOWN);
+        write!(f, "{shown:?}… ({} bytes)", self.0.len())
     }
 }
 

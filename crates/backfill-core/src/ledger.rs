@@ -57,13 +57,8 @@ impl From<String> for RunId {
         } else {
             id
         };
-        if id.len() > MAX_RUN_ID_BYTES {
-            let mut end = MAX_RUN_ID_BYTES;
-            while !id.is_char_boundary(end) {
-                end -= 1;
-            }
-            id.truncate(end);
-        }
+        let kept = crate::text::prefix(&id, MAX_RUN_ID_BYTES).len();
+        id.truncate(kept);
         Self(id)
     }
 }
@@ -255,14 +250,10 @@ impl DayFailure {
         // A NUL cannot be stored in every store's text; U+FFFD can.
         let error = error.replace('\0', "\u{FFFD}");
         let error = error.as_str();
-        let error = if error.len() <= MAX_ERROR_BYTES {
-            error.to_owned()
-        } else {
-            let mut end = MAX_ERROR_BYTES - '…'.len_utf8();
-            while !error.is_char_boundary(end) {
-                end -= 1;
-            }
-            format!("{}…", &error[..end])
+        let error = match error.len() <= MAX_ERROR_BYTES {
+            true => error.to_owned(),
+            // The mark included in the bound.
+            false => crate::text::cut(error, MAX_ERROR_BYTES - '…'.len_utf8()).into_owned(),
         };
         Self {
             at,

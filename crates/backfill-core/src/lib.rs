@@ -67,8 +67,10 @@ pub mod json;
 mod ledger;
 mod memory;
 mod record;
+pub mod settings;
 mod store;
 mod stream;
+pub mod text;
 mod write;
 
 #[cfg(any(feature = "conformance", test))]

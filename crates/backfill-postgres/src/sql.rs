@@ -137,11 +137,8 @@ pub(crate) fn index_name(table: &str, column: &str) -> String {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     });
     let suffix = format!("~{hash:016x}");
-    let mut end = MAX_NAME_BYTES - suffix.len();
-    while !full.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{suffix}", &full[..end])
+    let kept = backfill_core::text::prefix(&full, MAX_NAME_BYTES - suffix.len());
+    format!("{kept}{suffix}")
 }
 
 /// The columns of a table that lead a valid, whole btree index.

@@ -6,7 +6,6 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use backfill_core::adapter::parse_mode;
 use backfill_core::columns::Columns;
 use backfill_core::{
     Counts, DayFailure, DayWrite, Digest, Error, LedgerEntry, Record, Result, RunId, Store,
@@ -187,7 +186,10 @@ fn into_entry(row: &Row) -> Result<LedgerEntry> {
     let synced_at: Option<DateTime<Utc>> = row.try_get(2).map_err(pg_error)?;
     if let Some(at) = synced_at {
         let mode: Option<String> = row.try_get(4).map_err(pg_error)?;
-        let mode = match mode.as_deref().and_then(parse_mode) {
+        let mode = match mode
+            .as_deref()
+            .and_then(|m| m.parse::<backfill_core::Mode>().ok())
+        {
             Some(mode) => mode,
             None => return Err(corrupt(format!("ledger row of {day}: mode {mode:?}"))),
         };

@@ -8,7 +8,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
 
-use backfill_core::adapter::{check_value_sizes, mode_text};
+use backfill_core::adapter::check_value_sizes;
 use backfill_core::columns::{ColumnValue, Columns};
 use backfill_core::{Counts, DayWrite, Error, Record, Result, RunId, SyncedDay};
 use chrono::{DateTime, NaiveDate, Utc};
@@ -332,7 +332,7 @@ async fn write_ledger(
             &synced.as_of,
             &synced.at,
             &synced.run_id.as_ref().map(RunId::as_str),
-            &mode_text(synced.mode),
+            &synced.mode.as_str(),
             &synced.digest.to_string(),
             &count(c.inserted),
             &count(c.updated),

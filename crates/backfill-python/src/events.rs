@@ -188,43 +188,14 @@ impl PyEvent {
 /// synced day at INFO, a retry at WARNING, a failed day at ERROR (so that
 /// Airflow's and Dagster's log capture show them).
 fn log_event(event: &Event<'_>, stop: &StopHandle) {
-    let (level, line) = match event {
-        Event::DayFinished { report } => {
-            let c = &report.counts;
-            (
-                "info",
-                format!(
-                    "{} synced: inserted {} updated {} deleted {} unchanged {} stale {} skipped {} ({} attempt{})",
-                    report.day,
-                    c.inserted,
-                    c.updated,
-                    c.deleted,
-                    c.unchanged,
-                    c.stale,
-                    c.skipped,
-                    report.attempts,
-                    if report.attempts == 1 { "" } else { "s" }
-                ),
-            )
-        }
-        Event::DayRetrying {
-            day,
-            attempt,
-            error,
-            delay,
-        } => (
-            "warning",
-            format!("{day} attempt {attempt} failed, retrying in {delay:?}: {error}"),
-        ),
-        Event::DayFailed {
-            day,
-            attempts,
-            error,
-        } => (
-            "error",
-            format!("{day} FAILED after {attempts} attempt(s): {error}"),
-        ),
+    let level = match event {
+        Event::DayFinished { .. } => "info",
+        Event::DayRetrying { .. } => "warning",
+        Event::DayFailed { .. } => "error",
         _ => return,
+    };
+    let Some(line) = event.day_line(|e| e.to_string()) else {
+        return;
     };
     Python::attach(|py| {
         let logged = py

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backfill_core::{Job, Mode, ReplaceGuard, Retry, Select, StopHandle};
+use backfill_core::settings::{Profiles, Settings, CONFIG_FILE};
+use backfill_core::{Job, Mode, Select, StopHandle};
 use chrono::NaiveDate;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -21,63 +22,34 @@ use crate::stores::store_of;
 /// `retry_delay`, `max_retry_delay`, `mode`, `allow_empty_replace`,
 /// `max_delete_fraction`, `only`, `skip_unchanged`, `time_zone`,
 /// `fail_fast`, `day_timeout`, `dry_run`, `run_id`, `stream_memory`, and
-/// `on_event` (called with every `Event` of a run).
+/// `on_event` (called with every `Event` of a run). A setting left out
+/// (`None`) takes the library's one default, the command line's too
+/// ([`Settings::defaults`]); `Job.from_config` reads a profile of the
+/// command line's configuration file.
 #[pyclass(module = "backfill", name = "Job", frozen)]
 #[derive(Debug, Clone)]
 pub(crate) struct PyJob {
-    concurrency: usize,
-    retries: u32,
-    retry_delay: f64,
-    max_retry_delay: f64,
-    mode: Mode,
-    allow_empty_replace: bool,
-    max_delete_fraction: Option<f64>,
+    /// The settings given, over the defaults when the job is built.
+    settings: Settings,
     only: Select,
-    skip_unchanged: bool,
-    time_zone: Option<String>,
-    fail_fast: bool,
-    day_timeout: Option<f64>,
     dry_run: bool,
     run_id: Option<String>,
-    stream_memory: Option<usize>,
     /// Called with every event of a run (`backfill.Event`).
     on_event: Option<Arc<Py<PyAny>>>,
 }
 
 impl PyJob {
     fn job(&self, stop: &StopHandle) -> PyResult<Job> {
-        let retry = Retry::default()
-            .max_attempts(self.retries.saturating_add(1))
-            .backoff(secs(self.retry_delay)?, secs(self.max_retry_delay)?);
-        let mut guard = ReplaceGuard::default().allow_empty(self.allow_empty_replace);
-        if let Some(fraction) = self.max_delete_fraction {
-            guard = guard.max_delete_fraction(fraction);
-        }
-        let mut job = Job::new()
-            .concurrency(self.concurrency)
-            .retry(retry)
-            .mode(self.mode)
-            .replace_guard(guard)
+        let mut job = self
+            .settings
+            .job()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?
             .select(self.only)
-            .skip_unchanged(self.skip_unchanged)
-            .fail_fast(self.fail_fast)
             .dry_run(self.dry_run)
             .stop_handle(stop.clone())
             .observer(observer(self.on_event.clone(), stop.clone()));
-        if let Some(zone) = &self.time_zone {
-            let zone: chrono_tz::Tz = zone
-                .parse()
-                .map_err(|_| PyValueError::new_err(format!("unknown time zone {zone:?}")))?;
-            job = job.time_zone(zone);
-        }
-        if let Some(timeout) = self.day_timeout {
-            job = job.day_timeout(secs(timeout)?);
-        }
         if let Some(run_id) = &self.run_id {
             job = job.run_id(run_id.as_str());
-        }
-        if let Some(bytes) = self.stream_memory {
-            job = job.stream_memory(bytes);
         }
         Ok(job)
     }
@@ -86,16 +58,6 @@ impl PyJob {
 pub(crate) fn secs(s: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(s)
         .map_err(|_| PyValueError::new_err(format!("{s} is not a duration in seconds")))
-}
-
-pub(crate) fn parse_mode(mode: &str) -> PyResult<Mode> {
-    match mode {
-        "merge" => Ok(Mode::Merge),
-        "replace" => Ok(Mode::Replace),
-        other => Err(PyValueError::new_err(format!(
-            "mode must be \"merge\" or \"replace\", not {other:?}"
-        ))),
-    }
 }
 
 pub(crate) fn parse_only(only: &str) -> PyResult<Select> {
@@ -114,51 +76,84 @@ pub(crate) fn parse_only(only: &str) -> PyResult<Select> {
 impl PyJob {
     #[new]
     #[pyo3(signature = (
-        *, concurrency=1, retries=2, retry_delay=0.2, max_retry_delay=30.0, mode="merge",
-        allow_empty_replace=false, max_delete_fraction=None, only="all", skip_unchanged=false,
-        time_zone=None, fail_fast=false, day_timeout=None, dry_run=false, run_id=None,
+        *, concurrency=None, retries=None, retry_delay=None, max_retry_delay=None, mode=None,
+        allow_empty_replace=None, max_delete_fraction=None, only="all", skip_unchanged=None,
+        time_zone=None, fail_fast=None, day_timeout=None, dry_run=false, run_id=None,
         stream_memory=None, on_event=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        concurrency: usize,
-        retries: u32,
-        retry_delay: f64,
-        max_retry_delay: f64,
-        mode: &str,
-        allow_empty_replace: bool,
+        concurrency: Option<u32>,
+        retries: Option<u32>,
+        retry_delay: Option<f64>,
+        max_retry_delay: Option<f64>,
+        mode: Option<&str>,
+        allow_empty_replace: Option<bool>,
         max_delete_fraction: Option<f64>,
         only: &str,
-        skip_unchanged: bool,
+        skip_unchanged: Option<bool>,
         time_zone: Option<String>,
-        fail_fast: bool,
+        fail_fast: Option<bool>,
         day_timeout: Option<f64>,
         dry_run: bool,
         run_id: Option<String>,
         stream_memory: Option<usize>,
         on_event: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        let job = Self {
-            concurrency: concurrency.max(1),
+        let settings = Settings {
+            concurrency: concurrency.map(|c| c.max(1)),
             retries,
-            retry_delay,
-            max_retry_delay,
-            mode: parse_mode(mode)?,
+            retry_delay: retry_delay.map(secs).transpose()?,
+            max_retry_delay: max_retry_delay.map(secs).transpose()?,
+            mode: mode
+                .map(|m| {
+                    m.parse::<Mode>()
+                        .map_err(|e| PyValueError::new_err(e.to_string()))
+                })
+                .transpose()?,
             allow_empty_replace,
             max_delete_fraction,
-            only: parse_only(only)?,
             skip_unchanged,
             time_zone,
             fail_fast,
-            day_timeout,
-            dry_run,
-            run_id,
+            day_timeout: day_timeout.map(secs).transpose()?,
             stream_memory,
-            on_event: on_event.map(Arc::new),
+            ..Settings::default()
         };
-        // Every setting is checked now, not at the first run.
-        job.job(&StopHandle::new())?;
-        Ok(job)
+        PyJob::of(settings, parse_only(only)?, dry_run, run_id, on_event)
+    }
+
+    /// `Job.from_config(path="backfill.toml", profile=None, **overrides)`:
+    /// the job of a profile of the command line's configuration file (the
+    /// file's `profile`, else `default`, when none is named), each keyword
+    /// argument given over it, as `Job(...)` takes them. A profile read by
+    /// the command line and by this runs the same job.
+    #[staticmethod]
+    #[pyo3(signature = (path=None, profile=None, **overrides))]
+    fn from_config(
+        py: Python<'_>,
+        path: Option<std::path::PathBuf>,
+        profile: Option<&str>,
+        overrides: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<Self> {
+        let file = profile_settings(path, profile)?;
+        let given = match overrides {
+            Some(kwargs) => py
+                .get_type::<PyJob>()
+                .call((), Some(kwargs))?
+                .cast_into::<PyJob>()?
+                .get()
+                .clone(),
+            None => default_job()?,
+        };
+        let settings = given.settings.over(&file);
+        PyJob::of(
+            settings,
+            given.only,
+            given.dry_run,
+            given.run_id,
+            given.on_event.map(|f| f.clone_ref(py)),
+        )
     }
 
     /// Syncs every day from `start` to `end` (inclusive) through the one
@@ -289,8 +284,40 @@ pub(crate) fn sync_with_lookback(
 }
 
 pub(crate) fn default_job() -> PyResult<PyJob> {
-    PyJob::new(
-        1, 2, 0.2, 30.0, "merge", false, None, "all", false, None, false, None, false, None, None,
-        None,
-    )
+    PyJob::of(Settings::default(), Select::All, false, None, None)
+}
+
+impl PyJob {
+    /// A job of `settings` (over the defaults), every setting checked now,
+    /// not at the first run.
+    fn of(
+        settings: Settings,
+        only: Select,
+        dry_run: bool,
+        run_id: Option<String>,
+        on_event: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        let job = PyJob {
+            settings,
+            only,
+            dry_run,
+            run_id,
+            on_event: on_event.map(Arc::new),
+        };
+        job.job(&StopHandle::new())?;
+        Ok(job)
+    }
+}
+
+/// The settings of profile `profile` of the configuration file at `path`
+/// (`backfill.toml` by default), its password variable read.
+pub(crate) fn profile_settings(
+    path: Option<std::path::PathBuf>,
+    profile: Option<&str>,
+) -> PyResult<Settings> {
+    let path = path.unwrap_or_else(|| CONFIG_FILE.into());
+    let profiles = Profiles::read(&path).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    profiles
+        .settings(profile, &|var| std::env::var(var).ok())
+        .map_err(|e| PyValueError::new_err(e.to_string()))
 }

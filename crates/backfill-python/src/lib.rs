@@ -48,6 +48,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(backfill, m)?)?;
     m.add_function(wrap_pyfunction!(sync_one_day, m)?)?;
     m.add_function(wrap_pyfunction!(sync_with_lookback, m)?)?;
+    m.add_function(wrap_pyfunction!(stores::store_from_config, m)?)?;
     m.add("BackfillError", py.get_type::<BackfillError>())?;
     m.add("InvalidRecord", py.get_type::<InvalidRecord>())?;
     m.add("StoreError", py.get_type::<StoreError>())?;

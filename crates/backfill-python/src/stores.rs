@@ -176,3 +176,34 @@ fn declared(columns: Option<Vec<String>>) -> PyResult<Vec<Column>> {
         .map(|d| Column::parse(d).map_err(|e| PyValueError::new_err(e.to_string())))
         .collect()
 }
+
+/// `store_from_config(path="backfill.toml", profile=None)`: the store of a
+/// profile of the command line's configuration file — its `store` URL
+/// (`sqlite://PATH` or `postgres://…`, the password from `password_env`),
+/// `schema`, `table`, `columns` and `allow_column_changes`, the same store
+/// the command line opens with that profile.
+#[pyfunction]
+#[pyo3(signature = (path=None, profile=None))]
+pub(crate) fn store_from_config(
+    py: Python<'_>,
+    path: Option<std::path::PathBuf>,
+    profile: Option<&str>,
+) -> PyResult<Py<PyAny>> {
+    let settings = crate::job::profile_settings(path, profile)?
+        .over(&backfill_core::settings::Settings::defaults());
+    let url = settings.store.unwrap_or_default();
+    let columns = settings.columns.filter(|c| !c.is_empty());
+    let allow = settings.allow_column_changes.unwrap_or(false);
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        let store = PySqliteStore::new(py, path.into(), settings.table, columns, allow)?;
+        return Ok(Py::new(py, store)?.into_any());
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let store = PyPostgresStore::new(py, url, settings.schema, settings.table, columns, allow)?;
+        return Ok(Py::new(py, store)?.into_any());
+    }
+    Err(pyo3::exceptions::PyValueError::new_err(format!(
+        "store {:?} is not sqlite://PATH or postgres://USER@HOST/DB",
+        backfill_core::settings::url_without_password(&url)
+    )))
+}

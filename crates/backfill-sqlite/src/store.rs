@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use backfill_core::adapter::parse_mode;
 use backfill_core::columns::Columns;
 use backfill_core::{
     Counts, DayFailure, DayWrite, Digest, Error, LedgerEntry, Record, Result, RunId, Store,
@@ -432,7 +431,7 @@ impl LedgerRow {
             let mode = self
                 .mode
                 .as_deref()
-                .and_then(parse_mode)
+                .and_then(|m| m.parse::<backfill_core::Mode>().ok())
                 .ok_or_else(|| corrupt("a success without a readable mode"))?;
             let digest = self
                 .digest

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
-use backfill_core::adapter::{check_value_sizes, mode_text};
+use backfill_core::adapter::check_value_sizes;
 use backfill_core::columns::{ColumnValue, Columns};
 use backfill_core::{Counts, DayWrite, Error, Record, Result, RunId, SyncedDay};
 use chrono::{DateTime, NaiveDate, Utc};
@@ -357,7 +357,7 @@ fn write_ledger(
                 format_date(day),
                 format_instant(synced.at),
                 synced.run_id.as_ref().map(RunId::as_str),
-                mode_text(synced.mode),
+                synced.mode.as_str(),
                 synced.as_of.map(format_instant),
                 synced.digest.to_string(),
                 count(c.inserted),

@@ -58,7 +58,7 @@ pub enum FetchError {
          later, by {} outside the command's process group: the day may be incomplete, so \
          nothing of it is written (a background process should not keep the command's \
          output: `… > /dev/null &`)",
-        humantime::format_duration(*.after),
+        backfill_core::settings::format_duration(*.after),
         Holder(*.pid, .name.as_deref())
     )]
     StdoutHeld {
@@ -204,10 +204,6 @@ impl fmt::Display for Shown<'_> {
         if self.0.len() <= SHOWN {
             return write!(f, "{:?}", self.0);
         }
-        let mut end = SHOWN;
-        while !self.0.is_char_boundary(end) {
-            end -= 1;
-        }
-        write!(f, "{:?}…", &self.0[..end])
+        write!(f, "{:?}…", backfill_core::text::prefix(self.0, SHOWN))
     }
 }

@@ -1,7 +1,6 @@
 //! What goes wrong reading a day: what is wrong with a line
 //! ([`LineError`]), and on which line ([`ReadError`]).
 
-use std::borrow::Cow;
 use std::fmt;
 
 /// The most of a field's text or of a JSON parser's message that an error
@@ -152,17 +151,7 @@ impl ReadError {
     }
 }
 
-/// `text` cut to at most `max` bytes at a character boundary, marked `…`.
-pub(super) fn cut(text: &str, max: usize) -> Cow<'_, str> {
-    if text.len() <= max {
-        return Cow::Borrowed(text);
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    Cow::Owned(format!("{}…", &text[..end]))
-}
+pub(super) use backfill_core::text::cut;
 
 /// A field's text in an error, quoted (already cut by [`cut`]).
 struct Quoted<'a>(&'a str);

@@ -64,3 +64,57 @@ pub enum Event<'a> {
         report: &'a RunReport,
     },
 }
+
+impl Event<'_> {
+    /// A day's event as one log line, the way the command line's log and
+    /// Python's `logging` print it — a day synced, retried, or failed
+    /// (`None` for the other events); `error` words an error (the command
+    /// line names its own flags), of which the line keeps the first line.
+    ///
+    /// ```text
+    /// 2026-01-05 synced: inserted 2 updated 0 deleted 0 unchanged 0 stale 0 skipped 0 (1 attempt)
+    /// 2026-01-06 attempt 1 failed, retrying in 1.6 s: fetching 2026-01-06 failed: …
+    /// 2026-01-07 FAILED after 3 attempts: fetching 2026-01-07 failed: …
+    /// ```
+    pub fn day_line(&self, error: impl Fn(&Error) -> String) -> Option<String> {
+        let plural = |n: u32| if n == 1 { "" } else { "s" };
+        let first_line = |e: &Error| error(e).lines().next().unwrap_or_default().to_owned();
+        Some(match self {
+            Event::DayFinished { report } => {
+                let c = &report.counts;
+                format!(
+                    "{} synced: inserted {} updated {} deleted {} unchanged {} stale {} skipped {} ({} attempt{})",
+                    report.day,
+                    c.inserted,
+                    c.updated,
+                    c.deleted,
+                    c.unchanged,
+                    c.stale,
+                    c.skipped,
+                    report.attempts,
+                    plural(report.attempts)
+                )
+            }
+            Event::DayRetrying {
+                day,
+                attempt,
+                error,
+                delay,
+            } => format!(
+                "{day} attempt {attempt} failed, retrying in {:.1} s: {}",
+                delay.as_secs_f64(),
+                first_line(error)
+            ),
+            Event::DayFailed {
+                day,
+                attempts,
+                error,
+            } => format!(
+                "{day} FAILED after {attempts} attempt{}: {}",
+                plural(*attempts),
+                first_line(error)
+            ),
+            _ => return None,
+        })
+    }
+}

@@ -134,8 +134,11 @@ impl fmt::Debug for Job {
 
 impl Job {
     /// A job on the system clock, in UTC, merging, with strict event dates,
-    /// one day at a time, [`Retry::default`], attempting every day, no
-    /// timeout.
+    /// one day at a time, [`Retry::default`], attempting every day, each
+    /// attempt at a day failing after
+    /// [`DEFAULT_DAY_TIMEOUT`](crate::settings::DEFAULT_DAY_TIMEOUT) (1 h):
+    /// the defaults of [`Settings`](crate::settings::Settings), the same
+    /// for every entry point.
     pub fn new() -> Self {
         Self {
             clock: Arc::new(SystemClock),
@@ -144,7 +147,7 @@ impl Job {
             concurrency: 1,
             retry: Retry::default(),
             fail_fast: false,
-            day_timeout: None,
+            day_timeout: Some(crate::settings::DEFAULT_DAY_TIMEOUT),
             dry_run: false,
             observer: None,
             select: Select::All,
@@ -266,9 +269,17 @@ impl Job {
     }
 
     /// Fails an attempt at a day (fetch and write) that takes longer than
-    /// `timeout`, as a retryable [`Error::Timeout`].
+    /// `timeout`, as a retryable [`Error::Timeout`] (default 1 h,
+    /// [`DEFAULT_DAY_TIMEOUT`](crate::settings::DEFAULT_DAY_TIMEOUT)).
     pub fn day_timeout(mut self, timeout: Duration) -> Self {
         self.day_timeout = Some(timeout);
+        self
+    }
+
+    /// Lets an attempt at a day take as long as it takes (no
+    /// [`Job::day_timeout`]).
+    pub fn no_day_timeout(mut self) -> Self {
+        self.day_timeout = None;
         self
     }
 

@@ -22,12 +22,16 @@ pub struct Retry {
 }
 
 impl Default for Retry {
-    /// 3 attempts, backoff from 500 ms up to 30 s, with jitter.
+    /// [`DEFAULT_RETRIES`](crate::settings::DEFAULT_RETRIES) retries (3
+    /// attempts), backoff from
+    /// [`DEFAULT_RETRY_DELAY`](crate::settings::DEFAULT_RETRY_DELAY) (2 s)
+    /// up to [`DEFAULT_MAX_RETRY_DELAY`](crate::settings::DEFAULT_MAX_RETRY_DELAY)
+    /// (5 min), with jitter: the one retry default of every entry point.
     fn default() -> Self {
         Self {
-            max_attempts: 3,
-            initial: Duration::from_millis(500),
-            max: Duration::from_secs(30),
+            max_attempts: crate::settings::DEFAULT_RETRIES + 1,
+            initial: crate::settings::DEFAULT_RETRY_DELAY,
+            max: crate::settings::DEFAULT_MAX_RETRY_DELAY,
             jitter: true,
         }
     }

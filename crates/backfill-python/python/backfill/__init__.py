@@ -36,6 +36,7 @@ from backfill._native import (
     StoreError,
     Transient,
     backfill,
+    store_from_config,
     sync_one_day,
     sync_with_lookback,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "StoreError",
     "Transient",
     "backfill",
+    "store_from_config",
     "sync_one_day",
     "sync_with_lookback",
 ]

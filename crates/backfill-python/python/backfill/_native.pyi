@@ -124,23 +124,27 @@ class Job:
     def __init__(
         self,
         *,
-        concurrency: int = 1,
-        retries: int = 2,
-        retry_delay: float = 0.2,
-        max_retry_delay: float = 30.0,
-        mode: str = "merge",
-        allow_empty_replace: bool = False,
+        concurrency: Optional[int] = None,
+        retries: Optional[int] = None,
+        retry_delay: Optional[float] = None,
+        max_retry_delay: Optional[float] = None,
+        mode: Optional[str] = None,
+        allow_empty_replace: Optional[bool] = None,
         max_delete_fraction: Optional[float] = None,
         only: str = "all",
-        skip_unchanged: bool = False,
+        skip_unchanged: Optional[bool] = None,
         time_zone: Optional[str] = None,
-        fail_fast: bool = False,
+        fail_fast: Optional[bool] = None,
         day_timeout: Optional[float] = None,
         dry_run: bool = False,
         run_id: Optional[str] = None,
         stream_memory: Optional[int] = None,
         on_event: Optional[Callable[[Event], object]] = None,
     ) -> None: ...
+    @staticmethod
+    def from_config(
+        path: Optional[str] = None, profile: Optional[str] = None, **overrides: Any
+    ) -> Job: ...
     def backfill(self, store: Store, fetch: Fetch, start: dt.date, end: dt.date) -> RunReport: ...
     def sync_with_lookback(self, store: Store, fetch: Fetch, lookback: int = 1) -> RunReport: ...
     def sync_one_day(
@@ -151,3 +155,6 @@ class Job:
 def backfill(store: Store, fetch: Fetch, start: dt.date, end: dt.date) -> RunReport: ...
 def sync_one_day(store: Store, fetch: Fetch, target_date: Optional[_Date] = None) -> DayReport: ...
 def sync_with_lookback(store: Store, fetch: Fetch, lookback: int = 1) -> RunReport: ...
+def store_from_config(
+    path: Optional[str] = None, profile: Optional[str] = None
+) -> Union[SqliteStore, PostgresStore]: ...
