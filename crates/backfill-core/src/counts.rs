@@ -43,20 +43,28 @@ impl std::fmt::Display for Mode {
 }
 
 impl std::str::FromStr for Mode {
-    type Err = crate::Error;
+    type Err = UnknownMode;
 
     /// A mode from [`Mode::as_str`]'s spelling.
-    fn from_str(text: &str) -> crate::Result<Mode> {
+    fn from_str(text: &str) -> Result<Mode, UnknownMode> {
         Mode::ALL
             .into_iter()
             .find(|m| m.as_str() == text)
-            .ok_or_else(|| {
-                crate::Error::InvalidSetting(format!(
-                    "mode must be \"merge\" or \"replace\", not {text:?}"
-                ))
-            })
+            .ok_or_else(|| UnknownMode(text.to_owned()))
     }
 }
+
+/// A text that names no [`Mode`]: what [`Mode::from_str`](std::str::FromStr::from_str) refuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownMode(pub String);
+
+impl std::fmt::Display for UnknownMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "mode must be \"merge\" or \"replace\", not {:?}", self.0)
+    }
+}
+
+impl std::error::Error for UnknownMode {}
 
 /// What applying a batch did, key by key.
 ///

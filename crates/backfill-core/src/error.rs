@@ -4,8 +4,9 @@ use std::fmt;
 
 use chrono::NaiveDate;
 
+use crate::columns::kind::{article, ColumnType};
 use crate::guard::Refusal;
-use crate::job::error::BackfillError;
+use crate::job::report::RunReport;
 
 /// A boxed error from a fetch function or a storage driver.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -34,7 +35,7 @@ pub enum Error {
     /// [columns](crate::columns): the record is refused, and nothing of its
     /// day is written.
     #[error(transparent)]
-    InvalidColumn(Box<crate::columns::ColumnError>),
+    InvalidColumn(Box<ColumnError>),
 
     /// A typed column's declaration is malformed, or the columns clash.
     #[error("invalid column declaration {declaration:?}: {reason}")]
@@ -481,3 +482,115 @@ mod tests {
         );
     }
 }
+
+/// A record whose value does not fit a column: its key, the column, the
+/// path to the field, what is wrong, and the offending text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ColumnError {
+    /// The record's key.
+    pub key: String,
+    /// The column.
+    pub column: String,
+    /// The path to its field, as [`Column::path_text`](crate::columns::Column::path_text) shows it.
+    pub path: String,
+    /// What is wrong.
+    pub problem: ColumnProblem,
+    /// The offending text: at most 200 bytes of it, empty for a missing
+    /// field.
+    pub text: String,
+}
+
+impl fmt::Display for ColumnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid record {:?}: column {} (path {}): {}",
+            self.key, self.column, self.path, self.problem
+        )?;
+        if !self.text.is_empty() {
+            write!(f, ": {}", self.text)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ColumnError {}
+
+/// Why a record's field does not fit its column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ColumnProblem {
+    /// Columns are declared, and the value is not JSON.
+    NotJson,
+    /// A required field is missing or `null` (or a level of its path is
+    /// not an object).
+    Missing,
+    /// The field is not of the column's type.
+    WrongType(ColumnType),
+    /// The number does not fit the type (past 64 bits, or not finite).
+    OutOfRange,
+    /// A text holds a NUL character, which no store keeps.
+    ContainsNul,
+    /// Not a `YYYY-MM-DD` date in years 1 to 9999.
+    NotADate,
+    /// Not an RFC 3339 instant with an offset, in years 1 to 9999.
+    NotAnInstant,
+}
+
+impl fmt::Display for ColumnProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ColumnProblem::NotJson => f.write_str("the value is not JSON"),
+            ColumnProblem::Missing => f.write_str("the field is missing"),
+            ColumnProblem::WrongType(ty) => write!(f, "the field is not {}", article(*ty)),
+            ColumnProblem::OutOfRange => f.write_str("the number is out of range"),
+            ColumnProblem::ContainsNul => f.write_str("the text contains a NUL character"),
+            ColumnProblem::NotADate => f.write_str("the field is not a date (YYYY-MM-DD)"),
+            ColumnProblem::NotAnInstant => {
+                f.write_str("the field is not an instant with an offset (RFC 3339)")
+            }
+        }
+    }
+}
+
+/// The failed days of a backfill, with the report of the days that
+/// succeeded: [`Error::Backfill`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct BackfillError {
+    /// Each failed day with its error, in day order.
+    pub failed: Vec<(NaiveDate, Error)>,
+    /// The whole run: the days that succeeded, the failed ones as text, the
+    /// ones never started.
+    pub report: RunReport,
+}
+
+impl BackfillError {
+    /// The error of a run whose `report` lists the days that failed with
+    /// the errors in `failed`.
+    pub fn new(failed: Vec<(NaiveDate, Error)>, report: RunReport) -> Self {
+        Self { failed, report }
+    }
+}
+
+impl fmt::Display for BackfillError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "backfill failed for {} of {} days",
+            self.failed.len(),
+            self.report.planned.len()
+        )?;
+        if !self.report.skipped.is_empty() {
+            write!(f, " ({} not started)", self.report.skipped.len())?;
+        }
+        f.write_str(":")?;
+        for (day, error) in &self.failed {
+            write!(f, "\n  {day}: {error}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for BackfillError {}

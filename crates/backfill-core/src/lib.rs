@@ -77,7 +77,7 @@ mod write;
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 
-pub use counts::{Counts, Mode};
+pub use counts::{Counts, Mode, UnknownMode};
 pub use error::{BoxError, Error, Fatal, Field, Problem, Result, Transient};
 pub use fetch::{Fetch, Fetched, RecordStream};
 pub use guard::{Refusal, ReplaceGuard, DEFAULT_MAX_DELETE_FRACTION};

@@ -55,6 +55,24 @@ impl Default for PostgresStoreBuilder {
     }
 }
 
+impl PostgresStore {
+    /// Connects with a connection string, using the default schema and
+    /// table. See [`PostgresStoreBuilder::connect`].
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStoreBuilder::connect`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::builder().connect(url).await
+    }
+
+    /// Options: schema, table, page sizes, pool, TLS, whether to create
+    /// what is missing.
+    pub fn builder() -> PostgresStoreBuilder {
+        PostgresStoreBuilder::default()
+    }
+}
+
 impl PostgresStoreBuilder {
     /// The schema (default `public`); created if missing. Must match
     /// `[a-z_][a-z0-9_]*`, at most 63 bytes: lowercase only, so the name

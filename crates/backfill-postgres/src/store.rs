@@ -15,10 +15,9 @@ use chrono::{DateTime, NaiveDate, Utc};
 use deadpool_postgres::Pool;
 use tokio_postgres::Row;
 
-use crate::builder::PostgresStoreBuilder;
 use crate::error::{pg_error, pool_error};
 use crate::sql::Statements;
-use crate::write::apply_day;
+use crate::write::{apply_day, Writer};
 use crate::BACKEND;
 
 /// A [`Store`] in one Postgres table.
@@ -49,22 +48,6 @@ impl fmt::Debug for PostgresStore {
 }
 
 impl PostgresStore {
-    /// Connects with a connection string, using the default schema and
-    /// table. See [`PostgresStoreBuilder::connect`].
-    ///
-    /// # Errors
-    ///
-    /// As [`PostgresStoreBuilder::connect`].
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::builder().connect(url).await
-    }
-
-    /// Options: schema, table, page sizes, pool, TLS, whether to create
-    /// what is missing.
-    pub fn builder() -> PostgresStoreBuilder {
-        PostgresStoreBuilder::default()
-    }
-
     /// The schema of this store's table.
     pub fn schema(&self) -> &str {
         &self.sql.schema
@@ -78,6 +61,18 @@ impl PostgresStore {
     /// The pool this store uses.
     pub fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    /// What the write path needs of the store.
+    fn writer(&self) -> Writer<'_> {
+        Writer {
+            pool: &self.pool,
+            server: self.server.as_deref(),
+            sql: &self.sql,
+            columns: &self.columns,
+            page_rows: self.page_rows,
+            page_bytes: self.page_bytes,
+        }
     }
 
     pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object> {
@@ -118,11 +113,11 @@ impl Store for PostgresStore {
     }
 
     /// One transaction across every page, one page (at most
-    /// [`page_rows`](PostgresStoreBuilder::page_rows) records and about
-    /// [`page_bytes`](PostgresStoreBuilder::page_bytes)) in memory at a
+    /// [`page_rows`](crate::PostgresStoreBuilder::page_rows) records and about
+    /// [`page_bytes`](crate::PostgresStoreBuilder::page_bytes)) in memory at a
     /// time; a batch is one page: see the crate docs.
     async fn apply(&self, day: DayWrite) -> Result<Counts> {
-        apply_day(self, day).await
+        apply_day(self.writer(), day).await
     }
 
     async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {

@@ -17,10 +17,9 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Statement;
 
-use crate::error::pg_error;
+use crate::error::{pg_error, pool_error};
 use crate::slices::{KeyRanges, Slice, Slices};
 use crate::sql::Statements;
-use crate::store::PostgresStore;
 use crate::typed::{self, Param};
 use crate::{BACKEND, MAX_VALUE_BYTES};
 
@@ -67,13 +66,17 @@ pub(crate) const MAX_SUBTRANSACTIONS: usize = 64;
 /// Any error, the guard's refusal included, returns with the transaction
 /// uncommitted: dropping it rolls back, and nothing of the day is written.
 /// So does dropping the future.
-pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Result<Counts> {
+pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Counts> {
     let (rows, bytes) = (store.page_rows, store.page_bytes);
     // Each page's values are checked as it is read; the first page before a
     // connection is even taken, so a batch's bad value sends nothing.
     let mut page = next_page(&mut day, rows, bytes)?;
-    let sql = &store.sql;
-    let mut client = store.client().await?;
+    let sql = store.sql;
+    let mut client = store
+        .pool
+        .get()
+        .await
+        .map_err(|e| pool_error(e, store.server))?;
     let tx = client.transaction().await.map_err(pg_error)?;
     tx.batch_execute(CUSTOM_PLANS).await.map_err(pg_error)?;
 
@@ -120,7 +123,7 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Resul
         rows,
         bytes,
         subtransactions: 0,
-        columns: Arc::clone(&store.columns),
+        columns: Arc::clone(store.columns),
     };
 
     // 2. and 3. The pages, in key order, each with its share of a
@@ -177,6 +180,20 @@ pub(crate) async fn apply_day(store: &PostgresStore, mut day: DayWrite) -> Resul
     write_ledger(&tx, sql, day.day(), &day.synced(counts)).await?;
     tx.commit().await.map_err(pg_error)?;
     Ok(counts)
+}
+
+/// What the write path needs of its store, and nothing else.
+pub(crate) struct Writer<'a> {
+    /// The store's pool, and where it connects (`host:port`) for messages.
+    pub(crate) pool: &'a deadpool_postgres::Pool,
+    pub(crate) server: Option<&'a str>,
+    /// The table's statements.
+    pub(crate) sql: &'a Statements,
+    /// The table's typed columns.
+    pub(crate) columns: &'a Arc<Columns>,
+    /// The store's page and slice bounds.
+    pub(crate) page_rows: usize,
+    pub(crate) page_bytes: usize,
 }
 
 /// What step 1 read once the days were locked.

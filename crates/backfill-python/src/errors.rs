@@ -43,11 +43,7 @@ pub(crate) fn to_py(error: Error) -> PyErr {
         Error::InvalidRecord { .. } | Error::WrongDay { .. } | Error::InvalidColumn(_) => {
             InvalidRecord::new_err(error.to_string())
         }
-        Error::Fetch { ref source, .. }
-            if source
-                .downcast_ref::<crate::fetch::RecordRefused>()
-                .is_some() =>
-        {
+        Error::Fetch { ref source, .. } if source.downcast_ref::<RecordRefused>().is_some() => {
             InvalidRecord::new_err(error.to_string())
         }
         Error::ReplaceRefused { .. } => ReplaceRefused::new_err(error.to_string()),
@@ -70,3 +66,17 @@ pub(crate) fn to_py(error: Error) -> PyErr {
         }),
     }
 }
+
+/// A record a fetch yielded broke a rule (`InvalidRecord` while it was
+/// read): the day fails as for any record the engine refuses, and
+/// `sync_one_day` raises `InvalidRecord`.
+#[derive(Debug)]
+pub(crate) struct RecordRefused(pub(crate) String);
+
+impl std::fmt::Display for RecordRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RecordRefused {}

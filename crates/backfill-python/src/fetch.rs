@@ -7,7 +7,7 @@ use backfill_core::{BoxError, Fetch, Fetched, Record};
 use chrono::{DateTime, NaiveDate, Utc};
 use pyo3::prelude::*;
 
-use crate::errors::{InvalidRecord, Transient};
+use crate::errors::{InvalidRecord, RecordRefused, Transient};
 use crate::record::{to_record, PyListing};
 
 /// Records a generator yields per chunk handed to the engine.
@@ -34,20 +34,6 @@ pub(crate) fn fetch_error(py: Python<'_>, e: PyErr) -> BoxError {
         error
     }
 }
-
-/// A record a fetch yielded broke a rule (`InvalidRecord` while it was
-/// read): the day fails as for any record the engine refuses, and
-/// `sync_one_day` raises `InvalidRecord`.
-#[derive(Debug)]
-pub(crate) struct RecordRefused(pub(crate) String);
-
-impl std::fmt::Display for RecordRefused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for RecordRefused {}
 
 /// An exception's own line first (`ValueError: upstream said no`, what a
 /// one-line view such as `str(status)` shows), then its traceback.

@@ -4,12 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backfill_core::settings::{Profiles, Settings, CONFIG_FILE};
+use backfill_core::settings::Settings;
 use backfill_core::{Job, Mode, Select, StopHandle};
 use chrono::NaiveDate;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use crate::config::profile_settings;
 use crate::errors::to_py;
 use crate::events::observer;
 use crate::fetch::PyFetch;
@@ -307,17 +308,4 @@ impl PyJob {
         job.job(&StopHandle::new())?;
         Ok(job)
     }
-}
-
-/// The settings of profile `profile` of the configuration file at `path`
-/// (`backfill.toml` by default), its password variable read.
-pub(crate) fn profile_settings(
-    path: Option<std::path::PathBuf>,
-    profile: Option<&str>,
-) -> PyResult<Settings> {
-    let path = path.unwrap_or_else(|| CONFIG_FILE.into());
-    let profiles = Profiles::read(&path).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    profiles
-        .settings(profile, &|var| std::env::var(var).ok())
-        .map_err(|e| PyValueError::new_err(e.to_string()))
 }

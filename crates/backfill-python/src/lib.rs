@@ -12,6 +12,7 @@
 //! while it touches Python objects); the store writes with the GIL
 //! released.
 
+mod config;
 mod errors;
 mod events;
 mod fetch;

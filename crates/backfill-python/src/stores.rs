@@ -189,7 +189,7 @@ pub(crate) fn store_from_config(
     path: Option<std::path::PathBuf>,
     profile: Option<&str>,
 ) -> PyResult<Py<PyAny>> {
-    let settings = crate::job::profile_settings(path, profile)?
+    let settings = crate::config::profile_settings(path, profile)?
         .over(&backfill_core::settings::Settings::defaults());
     let url = settings.store.unwrap_or_default();
     let columns = settings.columns.filter(|c| !c.is_empty());

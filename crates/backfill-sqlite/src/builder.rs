@@ -1,6 +1,7 @@
 //! Opening a database: the connection, its settings, and the table, created
 //! only when missing and checked when it exists.
 
+use std::path::Path;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -11,7 +12,8 @@ use rusqlite::limits::Limit;
 use rusqlite::{Connection, OpenFlags};
 
 use crate::error::open as open_error;
-use crate::store::{spawn_blocking, SqliteStore};
+use crate::store::{spawn_blocking, Opened, SqliteStore};
+use crate::write::PageSize;
 use crate::{migrate, schema, sql, DEFAULT_TABLE};
 
 /// Options for opening a [`SqliteStore`].
@@ -27,23 +29,6 @@ pub struct SqliteStoreBuilder {
     column_changes: bool,
 }
 
-/// How much of a streamed day the store writes at a time: at most `rows`
-/// records and about `bytes` of keys and values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PageSize {
-    pub(crate) rows: usize,
-    pub(crate) bytes: usize,
-}
-
-impl Default for PageSize {
-    fn default() -> Self {
-        Self {
-            rows: DEFAULT_PAGE_ROWS,
-            bytes: DEFAULT_PAGE_BYTES,
-        }
-    }
-}
-
 /// `temp`'s page cache, as `PRAGMA cache_size` takes it: negative, in KiB.
 const TEMP_CACHE_KIB: i64 = -(16 << 10);
 
@@ -56,17 +41,35 @@ pub const DEFAULT_PAGE_ROWS: usize = 10_000;
 /// a time, by default: 16 MiB (a single larger record travels alone).
 pub const DEFAULT_PAGE_BYTES: usize = 16 << 20;
 
-/// What opening learned about the connection, for the store.
-#[derive(Debug)]
-pub(crate) struct Opened {
-    pub(crate) conn: Connection,
-    pub(crate) read_only: bool,
-    /// SQLite's `SQLITE_LIMIT_LENGTH` on this connection: the largest string
-    /// or row it stores.
-    pub(crate) length_limit: usize,
-    /// `total_changes()` when opening was done: the rows opening itself
-    /// wrote (a version row), not counted as the store's.
-    pub(crate) changes_at_open: u64,
+impl SqliteStore {
+    /// Opens (creating if needed) the database file at `path` with the
+    /// default table.
+    ///
+    /// # Errors
+    ///
+    /// See [`SqliteStoreBuilder::open`].
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::builder(path).open().await
+    }
+
+    /// Opens a private in-memory database with the default table.
+    ///
+    /// # Errors
+    ///
+    /// See [`SqliteStoreBuilder::open`].
+    pub async fn open_in_memory() -> Result<Self> {
+        Self::builder_in_memory().open().await
+    }
+
+    /// Options for a store on the database file at `path` (or a `file:` URI).
+    pub fn builder(path: impl AsRef<Path>) -> SqliteStoreBuilder {
+        SqliteStoreBuilder::new(Some(path.as_ref().to_owned()))
+    }
+
+    /// Options for a store on a private in-memory database.
+    pub fn builder_in_memory() -> SqliteStoreBuilder {
+        SqliteStoreBuilder::new(None)
+    }
 }
 
 impl SqliteStoreBuilder {

@@ -343,6 +343,7 @@ mod migrate;
 mod schema;
 mod sql;
 mod store;
+mod typed;
 mod write;
 
 pub use backfill_core::adapter::{Difference, TableMismatch};

@@ -78,15 +78,15 @@ pub(crate) fn prepare(
         changes,
     };
     if read_only {
-        bring_up(conn, table, &typed, Access::ReadOnly)?;
+        create_or_upgrade(conn, table, &typed, Access::ReadOnly)?;
         return Ok(());
     }
-    if bring_up(conn, table, &typed, Access::Look)? {
+    if create_or_upgrade(conn, table, &typed, Access::Look)? {
         return Ok(());
     }
     conn.execute_batch("BEGIN IMMEDIATE").map_err(open_error)?;
     // Looked at again under the lock: another process may have done it.
-    let done = bring_up(conn, table, &typed, Access::Write)
+    let done = create_or_upgrade(conn, table, &typed, Access::Write)
         .and_then(|_| conn.execute_batch("COMMIT").map_err(open_error));
     if done.is_err() && !conn.is_autocommit() {
         // The error is the one worth reporting; a failed rollback leaves
@@ -134,7 +134,7 @@ fn changing(conn: &Connection, table: &str, v: i64, present: &[Column]) -> Resul
 /// Long on purpose: the steps from "nothing there" to the current version
 /// read in the order they run, each with the check that guards it, and
 /// splitting them would scatter that order over several functions.
-fn bring_up(
+fn create_or_upgrade(
     conn: &Connection,
     table: &str,
     declared: &Declared<'_>,
@@ -412,11 +412,11 @@ fn add_columns(conn: &Connection, table: &str, columns: &Columns) -> Result<()> 
         after = last.0.clone();
         let mut stmt = conn.prepare_cached(&update).map_err(open_error)?;
         for (key, date, value, instant) in rows {
-            let record = crate::store::stored_record(&key, &date, &value, &instant)?;
+            let record = crate::typed::stored_record(&key, &date, &value, &instant)?;
             let values: Vec<rusqlite::types::Value> = columns
                 .extract(&record)?
                 .into_iter()
-                .map(crate::write::sql_value)
+                .map(crate::typed::sql_value)
                 .collect();
             let params = std::iter::once(rusqlite::types::Value::Text(key)).chain(values);
             stmt.execute(rusqlite::params_from_iter(params))

@@ -525,14 +525,14 @@ pub(crate) struct Statements {
     /// listed keys being those in [`LISTED`].
     pub(crate) count_unlisted: String,
     /// A listing's day: its unlisted live rows become their own tombstones.
-    pub(crate) tombstone_unlisted: String,
+    pub(crate) unlist: String,
     /// The batch's day's ledger row, last in the batch's transaction: its
     /// success, its failure cleared, and a listing's watermark raised.
-    pub(crate) ledger_write: String,
+    pub(crate) synced: String,
     /// The ledger rows of days `?1..=?2`, in day order.
     pub(crate) ledger_read: String,
     /// Day `?1`'s failure, its success kept.
-    pub(crate) record_failure: String,
+    pub(crate) failed: String,
     /// Tombstones older than an instant, removed.
     pub(crate) purge: String,
     /// Before [`Statements::purge`], in its transaction: the digest of
@@ -618,7 +618,7 @@ FROM "{table}" WHERE event_date = ?1 AND deleted = 0"#
             ),
             // Same key, event_date and updated_at: the tombstone beats
             // exactly that version and every older one.
-            tombstone_unlisted: format!(
+            unlist: format!(
                 r#"UPDATE "{table}" SET deleted = 1, value = ''{typed_null}
 WHERE event_date = ?1 AND deleted = 0 AND updated_at <= ?2 AND key NOT IN {LISTED}"#
             ),
@@ -626,7 +626,7 @@ WHERE event_date = ?1 AND deleted = 0 AND updated_at <= ?2 AND key NOT IN {LISTE
             // merge mode; also the watermark a listing raises the day's
             // to, never lowering it), ?6 digest, ?7–?13 the counts. One
             // row change per batch, whatever it did.
-            ledger_write: format!(
+            synced: format!(
                 r#"INSERT INTO {DAYS} (records_table, day, listing_watermark,
     synced_at, run_id, mode, as_of, digest,
     inserted, updated, unchanged, stale, deleted, unlisted, collapsed)
@@ -651,7 +651,7 @@ ON CONFLICT (records_table, day) DO UPDATE SET
 FROM {DAYS} WHERE records_table = '{table}' AND day BETWEEN ?1 AND ?2 ORDER BY day"#
             ),
             // ?1 day, ?2 failed_at, ?3 failed_run_id, ?4 attempts, ?5 error.
-            record_failure: format!(
+            failed: format!(
                 r#"INSERT INTO {DAYS} (records_table, day, failed_at, failed_run_id, attempts, error)
 VALUES ('{table}', ?1, ?2, ?3, ?4, ?5)
 ON CONFLICT (records_table, day) DO UPDATE SET
@@ -838,7 +838,7 @@ mod tests {
         let conn = table();
         conn.execute(LISTED_CREATE, []).unwrap();
         let sql = Statements::new("t", &Columns::default());
-        for statement in [&sql.count_unlisted, &sql.tombstone_unlisted] {
+        for statement in [&sql.count_unlisted, &sql.unlist] {
             let mut plan = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {statement}"))
                 .unwrap();

@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::ops::RangeInclusive;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -13,15 +12,15 @@ use backfill_core::{
     Counts, DayFailure, DayWrite, Digest, Error, LedgerEntry, Record, Result, RunId, Store,
     SyncedDay, MAX_KEY_BYTES,
 };
-use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::task::JoinHandle;
 
-use crate::builder::{Opened, PageSize, SqliteStoreBuilder};
 use crate::error::backend;
 use crate::sql::Statements;
-use crate::write::{apply_day, Page, Writer};
-use crate::{BACKEND, DATE_FORMAT, INSTANT_FORMAT};
+use crate::typed::{format_date, format_instant, into_record, parse_instant, query_rows, read_row};
+use crate::write::{apply_day, Page, PageSize, Writer};
+use crate::{BACKEND, DATE_FORMAT};
 
 /// Room a row needs besides its value, within SQLite's length limit (which
 /// bounds the whole row): the longest key, the date (10 bytes), the instant
@@ -76,6 +75,19 @@ impl fmt::Debug for SqliteStore {
     }
 }
 
+/// What opening learned about the connection, for the store.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub(crate) conn: Connection,
+    pub(crate) read_only: bool,
+    /// SQLite's `SQLITE_LIMIT_LENGTH` on this connection: the largest string
+    /// or row it stores.
+    pub(crate) length_limit: usize,
+    /// `total_changes()` when opening was done: the rows opening itself
+    /// wrote (a version row), not counted as the store's.
+    pub(crate) changes_at_open: u64,
+}
+
 impl SqliteStore {
     pub(crate) fn new(
         opened: Opened,
@@ -105,42 +117,13 @@ impl SqliteStore {
         &self.inner.columns
     }
 
-    /// Opens (creating if needed) the database file at `path` with the
-    /// default table.
-    ///
-    /// # Errors
-    ///
-    /// See [`SqliteStoreBuilder::open`].
-    pub async fn open(path: impl AsRef<Path>) -> Result<Self> {
-        Self::builder(path).open().await
-    }
-
-    /// Opens a private in-memory database with the default table.
-    ///
-    /// # Errors
-    ///
-    /// See [`SqliteStoreBuilder::open`].
-    pub async fn open_in_memory() -> Result<Self> {
-        Self::builder_in_memory().open().await
-    }
-
-    /// Options for a store on the database file at `path` (or a `file:` URI).
-    pub fn builder(path: impl AsRef<Path>) -> SqliteStoreBuilder {
-        SqliteStoreBuilder::new(Some(path.as_ref().to_owned()))
-    }
-
-    /// Options for a store on a private in-memory database.
-    pub fn builder_in_memory() -> SqliteStoreBuilder {
-        SqliteStoreBuilder::new(None)
-    }
-
     /// The table this store keeps its records in.
     pub fn table(&self) -> &str {
         &self.inner.table
     }
 
     /// Whether the database was opened read-only (by
-    /// [`SqliteStoreBuilder::read_only`] or a `mode=ro` URI): every write
+    /// [`SqliteStoreBuilder::read_only`](crate::SqliteStoreBuilder::read_only) or a `mode=ro` URI): every write
     /// fails.
     pub fn is_read_only(&self) -> bool {
         self.inner.read_only
@@ -178,7 +161,7 @@ impl SqliteStore {
         .await
     }
 
-    /// Waits, up to the [busy timeout](SqliteStoreBuilder::busy_timeout),
+    /// Waits, up to the [busy timeout](crate::SqliteStoreBuilder::busy_timeout),
     /// for SQLite's write lock, and gives it back at once: whether a day
     /// could be written now. Another process holding the lock past the
     /// timeout (a `BEGIN IMMEDIATE`, an `EXCLUSIVE` transaction) is a
@@ -324,7 +307,7 @@ impl Store for SqliteStore {
         let failure = failure.clone();
         self.with_conn(move |conn, sql| {
             // One statement, so one transaction of its own.
-            conn.prepare_cached(&sql.record_failure)
+            conn.prepare_cached(&sql.failed)
                 .and_then(|mut stmt| {
                     stmt.execute(params![
                         format_date(day),
@@ -478,71 +461,6 @@ impl LedgerRow {
     }
 }
 
-type RawRow = (String, String, String, String, i64);
-
-fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
-    Ok((
-        row.get(0)?,
-        row.get(1)?,
-        row.get(2)?,
-        row.get(3)?,
-        row.get(4)?,
-    ))
-}
-
-fn query_rows<P: rusqlite::Params>(conn: &Connection, sql: &str, params: P) -> Result<Vec<Record>> {
-    let mut stmt = conn.prepare_cached(sql).map_err(backend)?;
-    let rows = stmt.query_map(params, read_row).map_err(backend)?;
-    rows.map(|row| into_record(row.map_err(backend)?)).collect()
-}
-
-fn into_record((key, date, value, instant, deleted): RawRow) -> Result<Record> {
-    let corrupt = |what: &str| {
-        Error::backend(
-            BACKEND,
-            false,
-            format!("row {key:?} holds an unreadable {what}"),
-        )
-    };
-    let event_date =
-        NaiveDate::parse_from_str(&date, DATE_FORMAT).map_err(|_| corrupt("event_date"))?;
-    let updated_at = parse_instant(&instant).ok_or_else(|| corrupt("updated_at"))?;
-    match deleted {
-        0 => Record::new(key, event_date, value, updated_at),
-        1 if value.is_empty() => Record::tombstone(key, event_date, updated_at),
-        _ => Err(corrupt("deleted")),
-    }
-}
-
-/// A live row as a record, from its text columns (for the upgrade that
-/// fills new typed columns).
-pub(crate) fn stored_record(key: &str, date: &str, value: &str, instant: &str) -> Result<Record> {
-    into_record((
-        key.to_owned(),
-        date.to_owned(),
-        value.to_owned(),
-        instant.to_owned(),
-        0,
-    ))
-}
-
-/// `day` in [`DATE_FORMAT`], by chrono's own writer of that form (which a
-/// format string would parse again for every value).
-pub(crate) fn format_date(day: NaiveDate) -> String {
-    day.to_string()
-}
-
-/// `at` in [`INSTANT_FORMAT`], by chrono's own writer of that form.
-pub(crate) fn format_instant(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-}
-
-fn parse_instant(text: &str) -> Option<DateTime<Utc>> {
-    NaiveDateTime::parse_from_str(text, INSTANT_FORMAT)
-        .ok()
-        .map(|t| t.and_utc())
-}
-
 /// Runs blocking SQLite work on tokio's blocking pool; a panic in it is
 /// resumed here.
 pub(crate) async fn spawn_blocking<T, F>(f: F) -> Result<T>
@@ -562,46 +480,4 @@ pub(crate) async fn joined<T>(work: JoinHandle<T>) -> Result<T> {
         }
         Error::backend(BACKEND, true, e)
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn text_forms_sort_like_time() {
-        let early = NaiveDate::from_ymd_opt(999, 12, 31).unwrap();
-        let late = NaiveDate::from_ymd_opt(1000, 1, 1).unwrap();
-        assert_eq!(format_date(early), "0999-12-31");
-        assert!(format_date(early) < format_date(late));
-        let a = early
-            .and_hms_micro_opt(23, 59, 59, 999_999)
-            .unwrap()
-            .and_utc();
-        let b = late.and_hms_opt(0, 0, 0).unwrap().and_utc();
-        assert_eq!(format_instant(a), "0999-12-31T23:59:59.999999Z");
-        assert_eq!(format_instant(b).len(), 27);
-        assert!(format_instant(a) < format_instant(b));
-    }
-
-    #[test]
-    fn text_forms_are_the_formats_and_read_back() {
-        let days = [(1, 1, 1), (999, 12, 31), (2024, 2, 29), (9999, 12, 31)];
-        let times = [
-            (0, 0, 0, 0),
-            (9, 5, 7, 1),
-            (23, 59, 59, 999_999),
-            (12, 0, 0, 250_000),
-        ];
-        for (y, m, d) in days {
-            let day = NaiveDate::from_ymd_opt(y, m, d).unwrap();
-            assert_eq!(format_date(day), day.format(DATE_FORMAT).to_string());
-            for (h, mi, s, us) in times {
-                let at = day.and_hms_micro_opt(h, mi, s, us).unwrap().and_utc();
-                let text = format_instant(at);
-                assert_eq!(text, at.format(INSTANT_FORMAT).to_string());
-                assert_eq!(parse_instant(&text), Some(at));
-            }
-        }
-    }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use backfill_core::adapter::check_value_sizes;
-use backfill_core::columns::{ColumnValue, Columns};
+use backfill_core::columns::Columns;
 use backfill_core::{Counts, DayWrite, Error, Record, Result, RunId, SyncedDay};
 use chrono::{DateTime, NaiveDate, Utc};
 use rusqlite::types::Value;
@@ -16,10 +16,9 @@ use rusqlite::{
     params, params_from_iter, Connection, OptionalExtension, ToSql, TransactionBehavior,
 };
 
-use crate::builder::PageSize;
 use crate::error::backend;
 use crate::sql::{Statements, LISTED_ADD, LISTED_CLEAR, LISTED_CREATE};
-use crate::store::{format_date, format_instant};
+use crate::typed::{format_date, format_instant, sql_value};
 use crate::BACKEND;
 
 /// What [`apply_day`] writes with: the connection's statements and the
@@ -54,7 +53,7 @@ pub(crate) struct Writer<'a> {
 ///    also stages the page's keys in [`LISTED`](crate::sql::LISTED).
 ///    Keys are unique across the day's pages, so a page's counts are exact
 ///    on their own and no page changes what another finds.
-/// 3. A listing ([`tombstone_unlisted`]): the day's live rows, as every
+/// 3. A listing ([`unlist`]): the day's live rows, as every
 ///    page left them, are counted with those the whole listing lacks, the
 ///    guard asked, and the unlisted ones turned into their own tombstones
 ///    in one statement.
@@ -102,7 +101,7 @@ pub(crate) fn apply_day(
     }
     // 3.
     if let Some(as_of) = listing {
-        let unlisted = tombstone_unlisted(&tx, w.sql, day, as_of)?;
+        let unlisted = unlist(&tx, w.sql, day, as_of)?;
         counts.deleted += unlisted;
         counts.unlisted = unlisted;
         clear_listed()?;
@@ -114,6 +113,23 @@ pub(crate) fn apply_day(
     }
     tx.commit().map_err(backend)?;
     Ok(counts)
+}
+
+/// How much of a streamed day the store writes at a time: at most `rows`
+/// records and about `bytes` of keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PageSize {
+    pub(crate) rows: usize,
+    pub(crate) bytes: usize,
+}
+
+impl Default for PageSize {
+    fn default() -> Self {
+        Self {
+            rows: crate::DEFAULT_PAGE_ROWS,
+            bytes: crate::DEFAULT_PAGE_BYTES,
+        }
+    }
 }
 
 /// A page of the day's records, checked against the length limit, with
@@ -290,24 +306,11 @@ fn merge_page(
     Ok(())
 }
 
-/// A typed column's value as SQLite keeps it (see `sql::typed_column`).
-pub(crate) fn sql_value(value: ColumnValue) -> Value {
-    match value {
-        ColumnValue::Text(s) | ColumnValue::Numeric(s) | ColumnValue::Json(s) => Value::Text(s),
-        ColumnValue::Integer(n) => Value::Integer(n),
-        ColumnValue::Double(x) => Value::Real(x),
-        ColumnValue::Boolean(b) => Value::Integer(i64::from(b)),
-        ColumnValue::Date(d) => Value::Text(format_date(d)),
-        ColumnValue::Timestamp(t) => Value::Text(format_instant(t)),
-        _ => Value::Null,
-    }
-}
-
 /// A listing, after every page was merged and its keys staged: the day's
 /// live rows as the merge left them, and how many of them the listing
 /// lacks, go to the guard; then the unlisted ones become their own
 /// tombstones. Returns how many.
-fn tombstone_unlisted(
+fn unlist(
     conn: &Connection,
     sql: &Statements,
     write: &DayWrite,
@@ -325,7 +328,7 @@ fn tombstone_unlisted(
     // On a refusal the caller's transaction rolls back when dropped.
     write.check_replace(would_delete, live)?;
     let tombstoned = conn
-        .prepare_cached(&sql.tombstone_unlisted)
+        .prepare_cached(&sql.unlist)
         .and_then(|mut stmt| stmt.execute(params![day, as_of]))
         .map_err(backend)? as u64;
     if tombstoned != would_delete {
@@ -351,7 +354,7 @@ fn write_ledger(
 ) -> Result<()> {
     let c = synced.counts;
     let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    conn.prepare_cached(&sql.ledger_write)
+    conn.prepare_cached(&sql.synced)
         .and_then(|mut stmt| {
             stmt.execute(params![
                 format_date(day),

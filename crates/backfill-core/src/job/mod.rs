@@ -7,7 +7,6 @@
 //! - `event.rs`: the [`Event`]s an observer sees;
 //! - `day.rs`: running one day (attempts, timeout, panic capture);
 //! - `report.rs`: [`DayReport`], [`FailedDay`], [`RunReport`];
-//! - `error.rs`: [`BackfillError`], a run whose days failed;
 //! - `select.rs`: choosing days by the ledger ([`Select`]) and where days
 //!   stand ([`Status`]);
 //! - `shard.rs`: splitting days between processes ([`Shard`]);
@@ -15,9 +14,8 @@
 
 mod clock;
 mod day;
-pub(crate) mod error;
 mod event;
-mod report;
+pub(crate) mod report;
 mod retry;
 mod select;
 mod shard;
@@ -46,13 +44,13 @@ use self::clock::Calendar;
 use self::event::Observer;
 
 pub use self::clock::{Clock, FixedClock, SystemClock};
-pub use self::error::BackfillError;
 pub use self::event::Event;
 pub use self::report::{DayReport, FailedDay, RunReport};
 pub use self::retry::Retry;
 pub use self::select::{DayStatus, NotSelected, Select, Status};
 pub use self::shard::{ParseShardError, Shard};
 pub use self::stop::StopHandle;
+pub use crate::error::BackfillError;
 
 /// A configured job: the one object behind the daily sync and the backfill,
 /// so both run with the same clock, time zone, write options, retries and
