@@ -353,10 +353,10 @@ pub use tokio_postgres;
 /// The backend name in this crate's errors.
 const BACKEND: &str = "postgres";
 
-/// The default schema.
-pub const DEFAULT_SCHEMA: &str = "public";
-/// The default table name.
-pub const DEFAULT_TABLE: &str = "backfill_records";
+/// The default schema: the library's one ([`backfill_core::settings`]).
+pub const DEFAULT_SCHEMA: &str = backfill_core::settings::DEFAULT_SCHEMA;
+/// The default table name: the library's one ([`backfill_core::settings`]).
+pub const DEFAULT_TABLE: &str = backfill_core::settings::DEFAULT_TABLE;
 /// How long making one connection may take by default — TCP, TLS, the
 /// startup and authentication exchange — before it fails as timed out: 30 s.
 /// A server that accepts connections and never answers (a hung host, a

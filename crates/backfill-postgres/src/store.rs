@@ -17,7 +17,7 @@ use tokio_postgres::Row;
 
 use crate::error::{pg_error, pool_error};
 use crate::sql::Statements;
-use crate::write::{apply_day, Writer};
+use crate::write::{apply_day, PageSize, Writer};
 use crate::BACKEND;
 
 /// A [`Store`] in one Postgres table.
@@ -70,8 +70,10 @@ impl PostgresStore {
             server: self.server.as_deref(),
             sql: &self.sql,
             columns: &self.columns,
-            page_rows: self.page_rows,
-            page_bytes: self.page_bytes,
+            pages: PageSize {
+                rows: self.page_rows,
+                bytes: self.page_bytes,
+            },
         }
     }
 

@@ -67,7 +67,7 @@ pub(crate) const MAX_SUBTRANSACTIONS: usize = 64;
 /// uncommitted: dropping it rolls back, and nothing of the day is written.
 /// So does dropping the future.
 pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Counts> {
-    let (rows, bytes) = (store.page_rows, store.page_bytes);
+    let PageSize { rows, bytes } = store.pages;
     // Each page's values are checked as it is read; the first page before a
     // connection is even taken, so a batch's bad value sends nothing.
     let mut page = next_page(&mut day, rows, bytes)?;
@@ -86,7 +86,7 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
     // lock is held (a record of the day needs its lock), so one without any
     // has nothing to tombstone, now or later in the transaction.
     let mut unlisted = match day.as_of() {
-        Some(as_of) => Unlisted::new(&tx, sql, day.day(), as_of, store.page_bytes).await?,
+        Some(as_of) => Unlisted::new(&tx, sql, day.day(), as_of, bytes).await?,
         None => None,
     };
     let mut writes = Writes {
@@ -192,8 +192,16 @@ pub(crate) struct Writer<'a> {
     /// The table's typed columns.
     pub(crate) columns: &'a Arc<Columns>,
     /// The store's page and slice bounds.
-    pub(crate) page_rows: usize,
-    pub(crate) page_bytes: usize,
+    pub(crate) pages: PageSize,
+}
+
+/// How much of a streamed day the store writes at a time, and how large a
+/// statement's slice of it is: at most `rows` records and about `bytes` of
+/// keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PageSize {
+    pub(crate) rows: usize,
+    pub(crate) bytes: usize,
 }
 
 /// What step 1 read once the days were locked.

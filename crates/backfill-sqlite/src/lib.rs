@@ -360,5 +360,5 @@ pub const DATE_FORMAT: &str = "%Y-%m-%d";
 /// width, so byte order is time order (a chrono format string).
 pub const INSTANT_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.6fZ";
 
-/// The default table name.
-pub const DEFAULT_TABLE: &str = "backfill_records";
+/// The default table name: the library's one ([`backfill_core::settings`]).
+pub const DEFAULT_TABLE: &str = backfill_core::settings::DEFAULT_TABLE;

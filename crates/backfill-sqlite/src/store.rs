@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use crate::error::backend;
 use crate::sql::Statements;
 use crate::typed::{format_date, format_instant, into_record, parse_instant, query_rows, read_row};
-use crate::write::{apply_day, Page, PageSize, Writer};
+use crate::write::{apply_day, next_page, PageSize, Writer};
 use crate::{BACKEND, DATE_FORMAT};
 
 /// Room a row needs besides its value, within SQLite's length limit (which
@@ -276,7 +276,7 @@ impl Store for SqliteStore {
             // The first page (a batch's only one) is checked and its typed
             // columns read before the connection is locked, while another
             // day's write may hold it.
-            let first = Page::next(&writer, &mut day)?;
+            let first = next_page(&writer, &mut day)?;
             // As in `spawn_with_conn`: a panic under the lock left no
             // transaction committed, so the connection is still sound.
             let mut conn = inner

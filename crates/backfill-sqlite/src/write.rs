@@ -65,7 +65,7 @@ pub(crate) struct Writer<'a> {
 /// Any error, the guard's refusal included, drops the transaction
 /// uncommitted: rusqlite rolls it back, and nothing of the day is written.
 ///
-/// `first` is the day's first page, [`Page::next`] read before the
+/// `first` is the day's first page, [`next_page`] read before the
 /// connection was locked (for a batch, the whole day): its checks and typed
 /// columns cost no time under the write lock.
 pub(crate) fn apply_day(
@@ -97,7 +97,7 @@ pub(crate) fn apply_day(
         if listing.is_some() {
             stage_keys(&tx, w, &this.records)?;
         }
-        page = Page::next(w, day)?;
+        page = next_page(w, day)?;
     }
     // 3.
     if let Some(as_of) = listing {
@@ -143,33 +143,31 @@ pub(crate) struct Page {
     columns: usize,
 }
 
-impl Page {
-    /// The day's next page, unless the caller stopped waiting: a value
-    /// past the length limit, or one that does not fit a typed column,
-    /// refuses it (and the whole day rolls back).
-    pub(crate) fn next(w: &Writer<'_>, day: &mut DayWrite) -> Result<Option<Page>> {
-        if w.abandoned.load(Relaxed) {
-            return Err(abandoned());
-        }
-        let Some(records) = day.next_page(w.page.rows, w.page.bytes)? else {
-            return Ok(None);
-        };
-        check_value_sizes(&records, w.max_value_bytes)?;
-        let n = w.columns.len();
-        let mut typed = Vec::with_capacity(records.len() * n);
-        if n > 0 {
-            let mut values = Vec::with_capacity(n);
-            for r in &records {
-                w.columns.extract_into(r, &mut values)?;
-                typed.extend(values.drain(..).map(sql_value));
-            }
-        }
-        Ok(Some(Page {
-            records,
-            typed,
-            columns: n,
-        }))
+/// The day's next page, unless the caller stopped waiting: a value past
+/// the length limit, or one that does not fit a typed column, refuses it
+/// (and the whole day rolls back).
+pub(crate) fn next_page(w: &Writer<'_>, day: &mut DayWrite) -> Result<Option<Page>> {
+    if w.abandoned.load(Relaxed) {
+        return Err(abandoned());
     }
+    let Some(records) = day.next_page(w.page.rows, w.page.bytes)? else {
+        return Ok(None);
+    };
+    check_value_sizes(&records, w.max_value_bytes)?;
+    let n = w.columns.len();
+    let mut typed = Vec::with_capacity(records.len() * n);
+    if n > 0 {
+        let mut values = Vec::with_capacity(n);
+        for r in &records {
+            w.columns.extract_into(r, &mut values)?;
+            typed.extend(values.drain(..).map(sql_value));
+        }
+    }
+    Ok(Some(Page {
+        records,
+        typed,
+        columns: n,
+    }))
 }
 
 /// The caller's future was dropped mid-write: the write rolls back.
