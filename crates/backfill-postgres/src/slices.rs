@@ -90,8 +90,9 @@ impl<'a> Iterator for Slices<'a> {
 /// statement of at most `bytes` bytes of keys: `(after, upto]` of the key
 /// space (`None`: unbounded) and the listing's keys inside it. The first
 /// range starts after the previous page's last key (`after`), each ends at
-/// its own last key: the ranges of a day's pages, and the rest of the key
-/// space after the last (`Unlisted::rest` in `write.rs`), cover the whole key space,
+/// its own last key, and the last page's last range runs to the end of
+/// the key space: the ranges of a day's pages cover the whole key space
+/// (a listing of no page reads it whole, `Unlisted::rest` in `write.rs`),
 /// in key order, so that every live row of the day is judged once, and a
 /// day of millions of keys never builds one message near Postgres' 1 GiB
 /// limit.
@@ -100,6 +101,7 @@ pub(crate) struct KeyRanges<'a> {
     rest: &'a [Record],
     bytes: usize,
     after: Option<&'a str>,
+    last_page: bool,
 }
 
 /// One range of [`KeyRanges`].
@@ -111,11 +113,17 @@ pub(crate) struct KeyRange<'a> {
 }
 
 impl<'a> KeyRanges<'a> {
-    pub(crate) fn new(page: &'a [Record], bytes: usize, after: Option<&'a str>) -> Self {
+    pub(crate) fn new(
+        page: &'a [Record],
+        bytes: usize,
+        after: Option<&'a str>,
+        last_page: bool,
+    ) -> Self {
         Self {
             rest: page,
             bytes,
             after,
+            last_page,
         }
     }
 }
@@ -139,9 +147,13 @@ impl<'a> Iterator for KeyRanges<'a> {
         let (range, rest) = self.rest.split_at(len);
         self.rest = rest;
         let last = range.last().map(Record::key);
+        let upto = match rest.is_empty() && self.last_page {
+            true => None,
+            false => last,
+        };
         Some(KeyRange {
             after: std::mem::replace(&mut self.after, last),
-            upto: last,
+            upto,
             keys: range.iter().map(Record::key).collect(),
         })
     }
@@ -242,39 +254,45 @@ mod tests {
         records: &'a [Record],
         bytes: usize,
         after: Option<&'a str>,
+        last: bool,
     ) -> Vec<(Option<&'a str>, Option<&'a str>, usize)> {
-        KeyRanges::new(records, bytes, after)
+        KeyRanges::new(records, bytes, after, last)
             .map(|r| (r.after, r.upto, r.keys.len()))
             .collect()
     }
 
     #[test]
-    fn key_ranges_cover_the_page_in_order() {
+    fn key_ranges_cover_the_key_space_in_order() {
         // Keys "0000".."0006": 4 bytes each, 20 with the overhead.
         let r = records(&[1; 7]);
         let per_key = 4 + KEY_OVERHEAD;
-        assert_eq!(ranges(&r, 7 * per_key, None), [(None, Some("0006"), 7)]);
+        assert_eq!(ranges(&r, 7 * per_key, None, true), [(None, None, 7)]);
         assert_eq!(
-            ranges(&r, 3 * per_key, None),
+            ranges(&r, 3 * per_key, None, true),
             [
                 (None, Some("0002"), 3),
                 (Some("0002"), Some("0005"), 3),
-                (Some("0005"), Some("0006"), 1),
+                (Some("0005"), None, 1),
             ]
         );
-        // The next page starts after the previous one's last key.
+        // A page that is not the last ends at its last key; the next one
+        // starts after it.
         assert_eq!(
-            ranges(&r[3..], 100 * per_key, Some("0002")),
-            [(Some("0002"), Some("0006"), 4)]
+            ranges(&r[..3], 2 * per_key, None, false),
+            [(None, Some("0001"), 2), (Some("0001"), Some("0002"), 1)]
+        );
+        assert_eq!(
+            ranges(&r[3..], 100 * per_key, Some("0002"), true),
+            [(Some("0002"), None, 4)]
         );
         // A key larger than a range travels alone.
         assert_eq!(
-            ranges(&r[..2], 1, None),
-            [(None, Some("0000"), 1), (Some("0000"), Some("0001"), 1)]
+            ranges(&r[..2], 1, None, true),
+            [(None, Some("0000"), 1), (Some("0000"), None, 1)]
         );
-        // No keys, no range: the caller reads the rest.
-        assert!(ranges(&[], 100, Some("0002")).is_empty());
-        let keys: Vec<&str> = KeyRanges::new(&r, per_key, None)
+        // No keys, no range: the caller reads what is left.
+        assert!(ranges(&[], 100, Some("0002"), true).is_empty());
+        let keys: Vec<&str> = KeyRanges::new(&r, per_key, None, true)
             .flat_map(|r| r.keys)
             .collect();
         assert_eq!(keys, r.iter().map(Record::key).collect::<Vec<_>>());

@@ -389,6 +389,8 @@ pub(crate) struct Statements {
     pub(crate) list: String,
     /// The live rows of day `$1`.
     pub(crate) live: String,
+    /// Whether day `$1` has a live row: one index entry read at most.
+    pub(crate) any_live: String,
     /// A listing's candidates, read without a lock: the keys of the live
     /// rows of day `$1` not newer than `$2` whose key is in `($3, $4]`
     /// (NULL: unbounded) but not in `$5`, in key order.
@@ -632,6 +634,9 @@ FROM (SELECT * FROM unnest($1::date[], $2::bool[]) AS u(day, exclusive)
             merge: merge(false),
             list: merge(true),
             live: format!("SELECT count(*) FROM {t} WHERE event_date = $1 AND NOT deleted"),
+            any_live: format!(
+                "SELECT EXISTS (SELECT 1 FROM {t} WHERE event_date = $1 AND NOT deleted)"
+            ),
             unlisted: format!(
                 r#"
 SELECT r.key FROM {t} r

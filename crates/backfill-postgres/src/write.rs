@@ -136,7 +136,10 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
         // The next page is read (a streamed day's: merged from its
         // temporary files) on the blocking pool while the server writes
         // this one. A batch is one page: its "next" is at once `None`.
-        let reading = match day.is_done() {
+        // Whether this page is the day's last (every page read), so that
+        // its ranges run to the end of the key space.
+        let last = day.is_done();
+        let reading = match last {
             true => Err(day),
             false => Ok(tokio::task::spawn_blocking(move || {
                 let next = next_page(&mut day, rows, bytes);
@@ -144,7 +147,7 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
             })),
         };
         let lacked = match &mut unlisted {
-            Some(unlisted) => unlisted.page(&tx, &records).await?,
+            Some(unlisted) => unlisted.page(&tx, &records, last).await?,
             None => Vec::new(),
         };
         writes
@@ -266,6 +269,8 @@ struct Unlisted {
     bytes: usize,
     /// The last key of the ranges so far; `None` before the first.
     after: Option<String>,
+    /// Whether a page's ranges reached the end of the key space.
+    to_the_end: bool,
 }
 
 impl Unlisted {
@@ -278,12 +283,12 @@ impl Unlisted {
         as_of: DateTime<Utc>,
         bytes: usize,
     ) -> Result<Option<Self>> {
-        let live: i64 = tx
-            .query_one(&sql.live, &[&day])
+        let any: bool = tx
+            .query_one(&sql.any_live, &[&day])
             .await
             .map_err(pg_error)?
             .get(0);
-        if live == 0 {
+        if !any {
             return Ok(None);
         }
         Ok(Some(Self {
@@ -292,26 +297,38 @@ impl Unlisted {
             as_of,
             bytes,
             after: None,
+            to_the_end: false,
         }))
     }
 
     /// The keys, in order, of the day's live rows (not newer than `as_of`)
-    /// the listing lacks in the key range `page` closes. Read without a
-    /// lock: the write that tombstones them judges each again.
-    async fn page(&mut self, tx: &Transaction<'_>, page: &[Record]) -> Result<Vec<String>> {
+    /// the listing lacks in the key range `page` closes (to the end of the
+    /// key space for the `last` page). Read without a lock: the write that
+    /// tombstones them judges each again.
+    async fn page(
+        &mut self,
+        tx: &Transaction<'_>,
+        page: &[Record],
+        last: bool,
+    ) -> Result<Vec<String>> {
         let mut lacked = Vec::new();
-        for range in KeyRanges::new(page, self.bytes, self.after.as_deref()) {
+        for range in KeyRanges::new(page, self.bytes, self.after.as_deref(), last) {
             lacked.extend(self.read(tx, range.after, range.upto, &range.keys).await?);
         }
-        if let Some(last) = page.last() {
-            self.after = Some(last.key().to_owned());
+        if let Some(key) = page.last() {
+            self.after = Some(key.key().to_owned());
         }
+        self.to_the_end |= last && !page.is_empty();
         Ok(lacked)
     }
 
-    /// After the last page: the keys lacked after its last key.
+    /// After the last page: the keys lacked that no page's ranges reached
+    /// (a listing of no records: the whole day).
     async fn rest(&self, tx: &Transaction<'_>) -> Result<Vec<String>> {
-        self.read(tx, self.after.as_deref(), None, &[]).await
+        match self.to_the_end {
+            true => Ok(Vec::new()),
+            false => self.read(tx, self.after.as_deref(), None, &[]).await,
+        }
     }
 
     async fn read(
