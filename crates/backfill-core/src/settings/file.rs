@@ -19,18 +19,13 @@
 //! retry_delay = "10s"
 //! ```
 
+use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-use serde::Deserialize;
 use toml::Spanned;
 
-use super::{
-    parse_duration, parse_fraction, parse_size, url_has_password, with_password, Settings,
-};
-use crate::Mode;
+use super::{url_has_password, values, with_password, Settings};
 
 /// The file the command line reads profiles from when `--config` names
 /// none, in the working directory, if it exists.
@@ -251,60 +246,9 @@ impl Profiles {
     fn layer(&self, name: &str, env: Option<Env<'_>>) -> Result<Settings, ConfigError> {
         let p = self.profiles[name].get_ref();
         let at = |span: std::ops::Range<usize>| Some(self.line(span.start));
-        let parsed = |value: &Option<Spanned<String>>,
-                      key: &str,
-                      parse: &dyn Fn(&str) -> Result<Duration, String>| {
-            value
-                .as_ref()
-                .map(|v| parse(v.get_ref()).map_err(|m| self.error(at(v.span()), Some(key), m)))
-                .transpose()
-        };
-        let mode = p
-            .mode
-            .as_ref()
-            .map(|m| {
-                m.get_ref().parse::<Mode>().map_err(|_| {
-                    self.error(
-                        at(m.span()),
-                        Some("mode"),
-                        format!("`{}` is not a mode: merge or replace", m.get_ref()),
-                    )
-                })
-            })
-            .transpose()?;
-        let stream_memory = p
-            .stream_memory
-            .as_ref()
-            .map(|s| {
-                let bytes = match s.get_ref() {
-                    Size::Bytes(n) => usize::try_from(*n)
-                        .ok()
-                        .filter(|n| *n > 0)
-                        .ok_or(format!("{n} is not a size")),
-                    Size::Text(t) => parse_size(t),
-                };
-                bytes.map_err(|m| self.error(at(s.span()), Some("stream_memory"), m))
-            })
-            .transpose()?;
-        let max_delete_fraction = p
-            .max_delete_fraction
-            .as_ref()
-            .map(|f| {
-                let fraction = match f.get_ref() {
-                    Fraction::Number(n) => parse_fraction(&n.to_string()),
-                    Fraction::Text(t) => parse_fraction(t),
-                };
-                fraction.map_err(|m| self.error(at(f.span()), Some("max_delete_fraction"), m))
-            })
-            .transpose()?;
         if let Some(zone) = &p.time_zone {
-            if zone.get_ref().parse::<chrono_tz::Tz>().is_err() {
-                return Err(self.error(
-                    at(zone.span()),
-                    Some("time_zone"),
-                    format!("`{}` is not a time zone: expected an IANA name such as Europe/Paris or UTC", zone.get_ref()),
-                ));
-            }
+            values::parse_zone(zone.get_ref())
+                .map_err(|m| self.error(at(zone.span()), Some("time_zone"), m))?;
         }
         if let Some(c) = &p.concurrency {
             if !(1..=256).contains(c.get_ref()) {
@@ -319,7 +263,7 @@ impl Profiles {
             None => None,
             Some(url) => Some(self.store_url(url, p.password_env.as_ref(), env)?),
         };
-        Ok(Settings {
+        let mut settings = Settings {
             store,
             password_env: p.password_env.as_ref().map(|v| v.get_ref().clone()),
             schema: p.schema.clone(),
@@ -328,20 +272,42 @@ impl Profiles {
             allow_column_changes: p.allow_column_changes,
             fetch_cmd: p.fetch_cmd.clone(),
             fetch_files: p.fetch_files.clone(),
-            mode,
             concurrency: p.concurrency.as_ref().map(|c| *c.get_ref()),
             retries: p.retries,
-            retry_delay: parsed(&p.retry_delay, "retry_delay", &parse_duration)?,
-            max_retry_delay: parsed(&p.max_retry_delay, "max_retry_delay", &parse_duration)?,
-            day_timeout: parsed(&p.day_timeout, "day_timeout", &parse_duration)?,
             fail_fast: p.fail_fast,
             lenient_event_dates: p.lenient_event_dates,
-            stream_memory,
             time_zone: p.time_zone.as_ref().map(|z| z.get_ref().clone()),
             skip_unchanged: p.skip_unchanged,
             allow_empty_replace: p.allow_empty_replace,
-            max_delete_fraction,
-        })
+            ..Settings::default()
+        };
+        // The values a file writes as text, read as a flag's are.
+        let size = p.stream_memory.as_ref().map(|s| match s.get_ref() {
+            Size::Bytes(n) => (n.to_string(), s.span()),
+            Size::Text(t) => (t.clone(), s.span()),
+        });
+        let fraction = p.max_delete_fraction.as_ref().map(|f| match f.get_ref() {
+            Fraction::Number(n) => (n.to_string(), f.span()),
+            Fraction::Text(t) => (t.clone(), f.span()),
+        });
+        let text =
+            |v: &Option<Spanned<String>>| v.as_ref().map(|v| (v.get_ref().clone(), v.span()));
+        let texts = [
+            ("mode", text(&p.mode)),
+            ("retry_delay", text(&p.retry_delay)),
+            ("max_retry_delay", text(&p.max_retry_delay)),
+            ("day_timeout", text(&p.day_timeout)),
+            ("stream_memory", size),
+            ("max_delete_fraction", fraction),
+        ];
+        for (key, value) in texts {
+            if let Some((value, span)) = value {
+                settings
+                    .set_text(key, &value)
+                    .map_err(|m| self.error(at(span), Some(key), m))?;
+            }
+        }
+        Ok(settings)
     }
 
     /// The store's URL with the password of `password_env`'s variable, if
@@ -401,7 +367,10 @@ impl Profiles {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::Mode;
 
     fn no_env(_: &str) -> Option<String> {
         None

@@ -155,12 +155,15 @@ pub fn with_password(url: &str, password: &str) -> Result<String, String> {
 /// `job` in time zone `zone` (an IANA name).
 #[cfg(feature = "config")]
 pub(crate) fn with_zone(job: Job, zone: &str) -> crate::Result<Job> {
-    let tz: chrono_tz::Tz = zone.parse().map_err(|_| {
-        crate::Error::InvalidSetting(format!(
-            "`{zone}` is not a time zone: expected an IANA name such as Europe/Paris or UTC"
-        ))
-    })?;
-    Ok(job.time_zone(tz))
+    Ok(job.time_zone(parse_zone(zone).map_err(crate::Error::InvalidSetting)?))
+}
+
+/// An IANA time zone by name.
+#[cfg(feature = "config")]
+pub(crate) fn parse_zone(zone: &str) -> Result<chrono_tz::Tz, String> {
+    zone.parse().map_err(|_| {
+        format!("`{zone}` is not a time zone: expected an IANA name such as Europe/Paris or UTC")
+    })
 }
 
 /// Without the `config` feature, only UTC is known by name.
