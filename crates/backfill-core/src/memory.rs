@@ -57,55 +57,45 @@ impl MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The listing watermark of `day`: the latest `as_of` of a listing
-    /// applied for it.
-    pub fn listing_watermark(&self, day: NaiveDate) -> Option<DateTime<Utc>> {
-        self.lock().watermark(day)
-    }
-}
-
-#[async_trait]
-impl Store for MemoryStore {
-    async fn get(&self, key: &str) -> Result<Option<Record>> {
-        Ok(self
-            .lock()
-            .rows
-            .get(key)
-            .filter(|r| !r.is_deleted())
-            .cloned())
-    }
-
-    async fn rows(&self) -> Result<Vec<Record>> {
-        let state = self.lock();
-        Ok(state
-            .rows
-            .values()
-            .filter(|r| !r.is_deleted())
-            .cloned()
-            .collect())
+    /// A store holding `rows` (tombstones included, one per key: a later
+    /// row of the same key replaces an earlier one) and the ledger
+    /// `entries` (one per day, likewise).
+    ///
+    /// For a store that decides a day in memory: it loads the rows and
+    /// ledger entries the day can touch, applies the day here with
+    /// [`MemoryStore::apply_read`] and writes back what changed, so that its
+    /// decisions are the reference's own.
+    pub fn from_parts(
+        rows: impl IntoIterator<Item = Record>,
+        entries: impl IntoIterator<Item = LedgerEntry>,
+    ) -> Self {
+        let rows = rows
+            .into_iter()
+            .map(|row| (row.key().to_owned(), row))
+            .collect();
+        let days = entries
+            .into_iter()
+            .map(|entry| (entry.day, entry))
+            .collect();
+        Self {
+            state: Mutex::new(State { rows, days }),
+        }
     }
 
-    async fn day_rows(&self, day: NaiveDate) -> Result<Vec<Record>> {
-        let state = self.lock();
-        Ok(state
-            .rows
-            .values()
-            .filter(|r| !r.is_deleted() && r.event_date() == day)
-            .cloned()
-            .collect())
-    }
-
-    async fn rows_with_tombstones(&self) -> Result<Vec<Record>> {
-        Ok(self.lock().rows.values().cloned().collect())
-    }
-
-    async fn apply(&self, mut day: DayWrite) -> Result<Counts> {
-        // The whole day in memory: this store holds everything there.
-        let records = day.read_all()?;
+    /// [`Store::apply`] of a day whose records were already read from it
+    /// ([`DayWrite::read_all`]): the same decisions, counts and ledger
+    /// entry, and the day may be applied again (to another `MemoryStore`,
+    /// as a store whose commit lost a race to another writer does).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::apply`]: a record that breaks the record rules, or the
+    /// guard's refusal of a listing; nothing is changed then.
+    pub fn apply_read(&self, day: &DayWrite, records: &[Record]) -> Result<Counts> {
         // Refuse the whole day before touching anything: atomic by
         // construction, since every decision is made before the first
         // mutation.
-        for record in &records {
+        for record in records {
             record.validate()?;
         }
         let mut state = self.lock();
@@ -115,7 +105,7 @@ impl Store for MemoryStore {
         // 1–2. Merge each record; a live record that would be written at
         // or before its day's watermark (as it was before this write) is
         // written as its own tombstone.
-        for record in &records {
+        for record in records {
             let stored = state.rows.get(record.key());
             match stored {
                 Some(stored) if stored == record => counts.unchanged += 1,
@@ -187,6 +177,54 @@ impl Store for MemoryStore {
         entry.synced = Some(day.synced(counts));
         entry.failure = None;
         Ok(counts)
+    }
+
+    /// The listing watermark of `day`: the latest `as_of` of a listing
+    /// applied for it.
+    pub fn listing_watermark(&self, day: NaiveDate) -> Option<DateTime<Utc>> {
+        self.lock().watermark(day)
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn get(&self, key: &str) -> Result<Option<Record>> {
+        Ok(self
+            .lock()
+            .rows
+            .get(key)
+            .filter(|r| !r.is_deleted())
+            .cloned())
+    }
+
+    async fn rows(&self) -> Result<Vec<Record>> {
+        let state = self.lock();
+        Ok(state
+            .rows
+            .values()
+            .filter(|r| !r.is_deleted())
+            .cloned()
+            .collect())
+    }
+
+    async fn day_rows(&self, day: NaiveDate) -> Result<Vec<Record>> {
+        let state = self.lock();
+        Ok(state
+            .rows
+            .values()
+            .filter(|r| !r.is_deleted() && r.event_date() == day)
+            .cloned()
+            .collect())
+    }
+
+    async fn rows_with_tombstones(&self) -> Result<Vec<Record>> {
+        Ok(self.lock().rows.values().cloned().collect())
+    }
+
+    async fn apply(&self, mut day: DayWrite) -> Result<Counts> {
+        // The whole day in memory: this store holds everything there.
+        let records = day.read_all()?;
+        self.apply_read(&day, &records)
     }
 
     async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {

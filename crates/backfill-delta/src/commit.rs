@@ -1,0 +1,275 @@
+//! Writing a change of some days as one commit, and committing it against
+//! other writers.
+//!
+//! A change is decided on one snapshot: the days it read whole, and the
+//! keys it writes. It commits only on top of that snapshot's version, or
+//! of a later one whose commits since touched none of those days and added
+//! none of those keys anywhere (a key of another day moving in). Anything
+//! else is a lost race: the change is dropped, its files deleted, and the
+//! write decided again on the new snapshot.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use backfill_core::{LedgerEntry, Record};
+use chrono::NaiveDate;
+use delta_kernel::expressions::Scalar;
+use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
+use deltalake::kernel::{Action, Add};
+use deltalake::logstore::get_actions;
+use deltalake::logstore::object_store::ObjectStoreExt;
+use deltalake::protocol::{DeltaOperation, SaveMode};
+use deltalake::table::config::TablePropertiesExt;
+use deltalake::table::state::DeltaTableState;
+use deltalake::writer::{DeltaWriter, RecordBatchWriter, WriteMode};
+use deltalake::{DeltaTable, DeltaTableError, ObjectStore, Path};
+use indexmap::IndexMap;
+
+use crate::error::{backend, Result};
+use crate::rows::{epoch_days, records_batch, EVENT_DATE};
+use crate::table::{Cache, DayRows, Reader};
+
+/// What one day becomes.
+#[derive(Debug)]
+pub(crate) struct NewDay {
+    /// Its records, tombstones included, in key order.
+    pub(crate) records: Vec<Record>,
+    /// Its ledger entry.
+    pub(crate) ledger: Option<LedgerEntry>,
+}
+
+/// What a change was decided on.
+#[derive(Debug, Default)]
+pub(crate) struct ReadSet<'a> {
+    /// The days read whole: any commit touching them since is a conflict.
+    pub(crate) days: BTreeSet<NaiveDate>,
+    /// The keys written: a commit adding one of them anywhere is a conflict.
+    pub(crate) keys: Option<&'a HashSet<&'a str>>,
+}
+
+/// How a commit ended.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// The change is in the table: the table as it made it.
+    Committed(Box<DeltaTableState>),
+    /// Another writer changed what it was decided on: decide again.
+    Lost,
+}
+
+/// The actions that turn `old` days into `new` ones, writing the new files:
+/// a day's records and its ledger row each go to files of their own, and
+/// only what changed is rewritten. `None` when nothing changed.
+pub(crate) async fn write_days(
+    table: &DeltaTable,
+    old: &BTreeMap<NaiveDate, DayRows>,
+    new: &BTreeMap<NaiveDate, NewDay>,
+) -> Result<Option<Vec<Action>>> {
+    let empty = DayRows::default();
+    let mut removes = Vec::new();
+    let mut records_of: Vec<(NaiveDate, &[Record])> = Vec::new();
+    let mut ledgers: Vec<(NaiveDate, &LedgerEntry)> = Vec::new();
+    for (&day, new) in new {
+        let old = old.get(&day).unwrap_or(&empty);
+        let mut records_changed = old.records.len() != new.records.len()
+            || old
+                .records
+                .values()
+                .zip(&new.records)
+                .any(|(old, new)| old != new);
+        let mut ledger_changed = old.ledger.as_ref() != new.ledger.as_ref();
+        // A file holding both (compacted by another engine) goes when
+        // either does, and both are written again.
+        if old
+            .files
+            .iter()
+            .any(|(_, records, ledger)| *records && *ledger)
+            && (records_changed || ledger_changed)
+        {
+            records_changed = true;
+            ledger_changed = true;
+        }
+        for (file, records, ledger) in &old.files {
+            if (records_changed && *records) || (ledger_changed && *ledger) || (!records && !ledger)
+            {
+                removes.push(Action::Remove(file.remove.clone()));
+            }
+        }
+        if records_changed && !new.records.is_empty() {
+            records_of.push((day, &new.records));
+        }
+        if ledger_changed {
+            if let Some(entry) = &new.ledger {
+                ledgers.push((day, entry));
+            }
+        }
+    }
+    if removes.is_empty() && records_of.is_empty() && ledgers.is_empty() {
+        return Ok(None);
+    }
+    let mut writer = RecordBatchWriter::for_table(table).map_err(backend)?;
+    let mut adds: Vec<Add> = Vec::new();
+    for (day, records) in records_of {
+        let batch = records_batch(records.iter(), None)?;
+        writer
+            .write_partition(batch, &partition(day), WriteMode::Default)
+            .await
+            .map_err(backend)?;
+    }
+    adds.extend(writer.flush().await.map_err(backend)?);
+    for (day, entry) in ledgers {
+        let batch = records_batch(std::iter::empty(), Some(entry))?;
+        writer
+            .write_partition(batch, &partition(day), WriteMode::Default)
+            .await
+            .map_err(backend)?;
+    }
+    adds.extend(writer.flush().await.map_err(backend)?);
+    Ok(Some(
+        removes
+            .into_iter()
+            .chain(adds.into_iter().map(Action::Add))
+            .collect(),
+    ))
+}
+
+fn partition(day: NaiveDate) -> IndexMap<String, Scalar> {
+    IndexMap::from([(EVENT_DATE.to_owned(), Scalar::Date(epoch_days(day)))])
+}
+
+/// Commits `actions` on top of `table`'s snapshot, or of a later version
+/// whose commits since do not conflict with `read`. On [`Outcome::Lost`]
+/// the files the actions add are deleted.
+pub(crate) async fn commit(
+    cache: &Cache,
+    table: &DeltaTable,
+    actions: Vec<Action>,
+    read: &ReadSet<'_>,
+    operation: DeltaOperation,
+) -> Result<Outcome> {
+    let mut table = table.clone();
+    let store = table.object_store();
+    let reader = Reader {
+        store: &store,
+        cache,
+    };
+    loop {
+        let snapshot = table.snapshot().map_err(backend)?;
+        // Expired log entries are cleaned up when a checkpoint is made, as
+        // Delta engines do, rather than looked for after every commit.
+        let interval = snapshot.table_config().checkpoint_interval().get();
+        let checkpoint = (snapshot.version() + 2).is_multiple_of(interval);
+        let properties = CommitProperties::default()
+            .with_max_retries(0)
+            .with_cleanup_expired_logs(checkpoint.then_some(true).or(Some(false)));
+        let committed = CommitBuilder::from(properties)
+            .with_actions(actions.clone())
+            .build(Some(snapshot), table.log_store(), operation.clone())
+            .await;
+        match committed {
+            Ok(done) => return Ok(Outcome::Committed(Box::new(done.snapshot))),
+            Err(e) if lost_race(&e) => {}
+            Err(e) => {
+                discard(&store, &actions).await;
+                return Err(backend(e));
+            }
+        }
+        let from = table.version().unwrap_or_default();
+        table.update_state().await.map_err(backend)?;
+        let to = table.version().unwrap_or_default();
+        for version in from + 1..=to {
+            let winner = match table.log_store().read_commit_entry(version).await {
+                Ok(Some(bytes)) => get_actions(version, &bytes).map_err(backend)?,
+                // Cleaned up already: its changes cannot be told apart.
+                Ok(None) => Vec::new(),
+                Err(e) => {
+                    discard(&store, &actions).await;
+                    return Err(backend(e));
+                }
+            };
+            if winner.is_empty() || conflicts(reader, &winner, read).await? {
+                discard(&store, &actions).await;
+                return Ok(Outcome::Lost);
+            }
+        }
+        if to == from {
+            // The commit failed without a newer version to be seen yet:
+            // look again in a moment.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Whether delta-rs refused a commit because another writer took its
+/// version first.
+fn lost_race(e: &DeltaTableError) -> bool {
+    matches!(
+        e,
+        DeltaTableError::VersionAlreadyExists(_)
+            | DeltaTableError::Transaction {
+                source: TransactionError::MaxCommitAttempts(_)
+                    | TransactionError::VersionAlreadyExists(_)
+            }
+    )
+}
+
+/// Whether a winning commit's actions touch what a change read.
+async fn conflicts(reader: Reader<'_>, winner: &[Action], read: &ReadSet<'_>) -> Result<bool> {
+    for action in winner {
+        match action {
+            Action::Metadata(_) | Action::Protocol(_) => return Ok(true),
+            Action::Remove(remove) => {
+                let day = remove.partition_values.as_ref().and_then(day_of);
+                if day.is_none_or(|day| read.days.contains(&day)) {
+                    return Ok(true);
+                }
+            }
+            Action::Add(add) => {
+                let Some(day) = day_of(&add.partition_values) else {
+                    return Ok(true);
+                };
+                if read.days.contains(&day) {
+                    return Ok(true);
+                }
+                let Some(ours) = read.keys.filter(|keys| !keys.is_empty()) else {
+                    continue;
+                };
+                let path = Path::parse(&add.path).unwrap_or_else(|_| Path::from(add.path.as_str()));
+                if reader
+                    .holds(&path, add.size.max(0) as u64, day, ours)
+                    .await?
+                {
+                    return Ok(true);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(false)
+}
+
+fn day_of(values: &std::collections::HashMap<String, Option<String>>) -> Option<NaiveDate> {
+    values.get(EVENT_DATE)?.as_deref()?.parse().ok()
+}
+
+/// Deletes the files a change added and did not commit. Best effort: a file
+/// left behind is in no version and goes with the next `VACUUM`.
+async fn discard(store: &Arc<dyn ObjectStore>, actions: &[Action]) {
+    for action in actions {
+        if let Action::Add(add) = action {
+            let path = Path::parse(&add.path).unwrap_or_else(|_| Path::from(add.path.as_str()));
+            let _ = store.delete(&path).await;
+        }
+    }
+}
+
+/// The operation a day's write is logged as: a write replacing the days it
+/// rewrote.
+pub(crate) fn operation(days: impl IntoIterator<Item = NaiveDate>) -> DeltaOperation {
+    let days: Vec<String> = days.into_iter().map(|day| format!("'{day}'")).collect();
+    DeltaOperation::Write {
+        mode: SaveMode::Overwrite,
+        partition_by: Some(vec![EVENT_DATE.to_owned()]),
+        predicate: Some(format!("{EVENT_DATE} IN ({})", days.join(", "))),
+    }
+}

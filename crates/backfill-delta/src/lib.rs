@@ -1,0 +1,106 @@
+//! A Delta Lake [`Store`](backfill_core::Store) for backfill, on
+//! [delta-rs](https://docs.rs/deltalake): the same one write path as the
+//! other stores, into a table that Spark, Databricks, Trino, DuckDB and
+//! Polars read, written by many machines at once.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill_core::Result<()> {
+//! use backfill_core::{upsert, Record, Store, WriteOptions};
+//! use backfill_delta::DeltaStore;
+//! use chrono::{NaiveDate, TimeZone, Utc};
+//!
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let orders = dir.path().join("orders");
+//! # let orders = orders.to_str().unwrap();
+//! // A local directory, `file:///…`, or `s3://bucket/prefix`.
+//! let store = DeltaStore::open(orders).await?;
+//! let day = NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
+//! let at = Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap();
+//! let records = vec![Record::new("order:1", day, r#"{"total":12}"#, at)?];
+//! upsert(&store, day, records.clone(), WriteOptions::default()).await?;
+//! let again = upsert(&store, day, records, WriteOptions::default()).await?;
+//! assert_eq!(again.unchanged, 1);
+//! assert_eq!(store.day_rows(day).await?.len(), 1);
+//! # Ok(()) }
+//! ```
+//!
+//! # The table
+//!
+//! Partitioned by `event_date` (`event_date=YYYY-MM-DD/`), with the columns
+//! `key` (string), `event_date` (date), `value` (string), `updated_at`
+//! (timestamp, microseconds, UTC) and `deleted` (boolean). A key is in one
+//! row of the whole table, live or a tombstone, in the partition of its
+//! version's `event_date`. A day's records are in one file, sorted by key
+//! (delta-rs starts another past its target file size), so a re-fetched
+//! day rewrites that day's files and no others; a day whose rows do not
+//! change is not rewritten at all.
+//!
+//! Readers that want the live rows filter on the tombstone marker:
+//!
+//! ```sql
+//! -- Spark, Databricks, Trino, DuckDB (delta_scan), …
+//! CREATE VIEW orders_live AS SELECT key, event_date, value, updated_at
+//! FROM orders WHERE NOT deleted;
+//! ```
+//!
+//! # The ledger commits with the data
+//!
+//! Delta commits one table at a time, so the day ledger is kept **in the
+//! table**: each day's ledger entry is one row of its own partition, in a
+//! small file of its own, with the key `"\0backfill.ledger:YYYY-MM-DD"`
+//! (a record's key never holds a NUL), `deleted = true` (so the live-rows
+//! filter above leaves it out) and the entry as JSON in `value`. A day's
+//! write removes the day's old files and adds the new ones, its ledger
+//! row's among them, in **one commit**: a single `_delta_log` entry that
+//! either exists or does not. Whatever instant a writer dies at, the day's
+//! rows and its ledger entry are those of one and the same version: files
+//! written before the commit are in no version (`VACUUM` removes them), and
+//! after it both are in.
+//!
+//! Why a row and not the log's other places for application data:
+//! `commitInfo` is not part of a snapshot (it is gone once the log is
+//! cleaned up), an application transaction (`txn`) holds a number only,
+//! `domainMetadata` needs a writer feature delta-rs does not write, and an
+//! `add` action's tags are lost when another engine compacts the day's
+//! files (`OPTIMIZE`). A row survives all of these: `OPTIMIZE`, `ZORDER`
+//! and checkpoints keep rows, and this store reads a ledger row from
+//! whichever file holds it.
+//!
+//! # Many writers
+//!
+//! Delta uses optimistic concurrency: a commit names the version it makes,
+//! and of two writers making the same version, one loses. A write here is
+//! decided on one snapshot: the days it reads whole (its own, each
+//! record's `event_date`, and every day that holds one of its keys) and
+//! the keys it writes. When its commit loses, it reads the commits that
+//! won: if none touched those days or added one of those keys anywhere,
+//! it commits the same files on top of them; otherwise it deletes its
+//! files and decides the day again on the new snapshot. So writers of
+//! different days never fail each other (they commit one after the
+//! other), and writers of the same day end as one of their serial orders
+//! would.
+//!
+//! # Maintenance
+//!
+//! Every write of a day replaces that day's files, so the table does not
+//! accumulate small files the way appends do; the files it replaces stay
+//! on storage for time travel until `VACUUM` removes them (run it from any
+//! Delta engine, with the retention your readers' time travel needs).
+//! Tombstones go with [`Store::purge_tombstones`](backfill_core::Store::purge_tombstones).
+
+mod commit;
+mod error;
+mod rows;
+mod store;
+mod table;
+
+pub use store::DeltaStore;
+
+/// The table's location as shown in errors and `Debug`: its URL without a
+/// password or query.
+pub(crate) fn shown_location(url: &url::Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.to_string()
+}

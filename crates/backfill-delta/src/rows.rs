@@ -1,0 +1,327 @@
+//! Rows as the table keeps them: the Delta schema, records to and from Arrow
+//! batches, and the day's ledger row.
+
+use std::sync::Arc;
+
+use backfill_core::{Counts, DayFailure, Digest, LedgerEntry, Mode, Record, RunId, SyncedDay};
+use chrono::{DateTime, NaiveDate, Utc};
+use deltalake::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use deltalake::arrow::compute::cast;
+use deltalake::arrow::datatypes::{DataType as ArrowType, Field, Schema, SchemaRef, TimeUnit};
+use deltalake::kernel::{DataType, StructField};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{corrupt, Result};
+
+/// The column every row is keyed by.
+pub(crate) const KEY: &str = "key";
+/// The partition column.
+pub(crate) const EVENT_DATE: &str = "event_date";
+/// The record's value, as the upstream sent it.
+pub(crate) const VALUE: &str = "value";
+/// The version's instant, microseconds, UTC.
+pub(crate) const UPDATED_AT: &str = "updated_at";
+/// The tombstone marker.
+pub(crate) const DELETED: &str = "deleted";
+
+/// The first bytes of a ledger row's key. A record's key never holds a NUL,
+/// so no record can take a ledger row's place, and the ledger rows sort
+/// before every record of their file (its statistics' minimum key tells
+/// whether a file holds one).
+pub(crate) const LEDGER_PREFIX: &str = "\0backfill.ledger:";
+
+/// The table's columns, as Delta declares them.
+pub(crate) fn delta_columns() -> Vec<StructField> {
+    vec![
+        StructField::new(KEY, DataType::STRING, false),
+        StructField::new(EVENT_DATE, DataType::DATE, false),
+        StructField::new(VALUE, DataType::STRING, false),
+        StructField::new(UPDATED_AT, DataType::TIMESTAMP, false),
+        StructField::new(DELETED, DataType::BOOLEAN, false),
+    ]
+}
+
+/// The columns of a data file: the table's, less the partition column
+/// (its value is in the file's path and log entry).
+pub(crate) fn file_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new(KEY, ArrowType::Utf8, false),
+        Field::new(VALUE, ArrowType::Utf8, false),
+        Field::new(
+            UPDATED_AT,
+            ArrowType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
+        Field::new(DELETED, ArrowType::Boolean, false),
+    ]))
+}
+
+/// Days since the Unix epoch, as Delta's `date` holds them.
+pub(crate) fn epoch_days(day: NaiveDate) -> i32 {
+    (day - NaiveDate::from_ymd_opt(1970, 1, 1).expect("the epoch")).num_days() as i32
+}
+
+/// The ledger row's key of `day`.
+pub(crate) fn ledger_key(day: NaiveDate) -> String {
+    format!("{LEDGER_PREFIX}{day}")
+}
+
+/// One row of a file, as read: a record or the day's ledger entry.
+#[derive(Debug, Clone)]
+pub(crate) enum Row {
+    Record(Record),
+    Ledger(LedgerEntry),
+}
+
+impl Row {
+    /// About how many bytes the row takes in memory.
+    pub(crate) fn size(&self) -> usize {
+        match self {
+            Row::Record(record) => record.key().len() + record.value().len() + 64,
+            Row::Ledger(_) => 512,
+        }
+    }
+}
+
+/// The rows of one batch read from a data file of partition `day`.
+pub(crate) fn batch_rows(batch: &RecordBatch, day: NaiveDate, rows: &mut Vec<Row>) -> Result<()> {
+    let keys = text_column(batch, KEY)?;
+    let values = text_column(batch, VALUE)?;
+    let instants = column(batch, UPDATED_AT)?;
+    let instants = cast(
+        &instants,
+        &ArrowType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+    )
+    .map_err(corrupt)?;
+    let instants = instants
+        .as_any()
+        .downcast_ref::<TimestampMicrosecondArray>()
+        .ok_or_else(|| corrupt("updated_at is not a timestamp"))?;
+    let deleted = column(batch, DELETED)?;
+    let deleted = deleted
+        .as_any()
+        .downcast_ref::<BooleanArray>()
+        .ok_or_else(|| corrupt("deleted is not a boolean"))?;
+    for i in 0..batch.num_rows() {
+        if keys.is_null(i) || values.is_null(i) || instants.is_null(i) || deleted.is_null(i) {
+            return Err(corrupt(format!("a null in row {i} of day {day}")));
+        }
+        let key = keys.value(i);
+        if let Some(rest) = key.strip_prefix(LEDGER_PREFIX) {
+            if rest == day.to_string() {
+                rows.push(Row::Ledger(LedgerRow::decode(day, values.value(i))?));
+                continue;
+            }
+            return Err(corrupt(format!("the ledger row {rest:?} under day {day}")));
+        }
+        let at = DateTime::<Utc>::from_timestamp_micros(instants.value(i))
+            .ok_or_else(|| corrupt(format!("updated_at of {key:?} out of range")))?;
+        let record = if deleted.value(i) {
+            Record::tombstone(key, day, at)
+        } else {
+            Record::new(key, day, values.value(i), at)
+        };
+        rows.push(Row::Record(record.map_err(corrupt)?));
+    }
+    Ok(())
+}
+
+fn column(batch: &RecordBatch, name: &str) -> Result<ArrayRef> {
+    batch
+        .column_by_name(name)
+        .cloned()
+        .ok_or_else(|| corrupt(format!("a data file without the column {name:?}")))
+}
+
+/// A text column as `Utf8`, whichever string type the file was written
+/// with (another engine may have written `LargeUtf8` or views).
+fn text_column(batch: &RecordBatch, name: &str) -> Result<StringArray> {
+    let array = column(batch, name)?;
+    let array = cast(&array, &ArrowType::Utf8).map_err(corrupt)?;
+    Ok(array.as_string::<i32>().clone())
+}
+
+/// A batch of one partition's rows, in the order given, without the
+/// partition column.
+pub(crate) fn records_batch<'a>(
+    records: impl Iterator<Item = &'a Record>,
+    ledger: Option<&LedgerEntry>,
+) -> Result<RecordBatch> {
+    let mut keys = Vec::new();
+    let mut values = Vec::new();
+    let mut instants = Vec::new();
+    let mut deleted = Vec::new();
+    if let Some(entry) = ledger {
+        keys.push(ledger_key(entry.day));
+        values.push(LedgerRow::encode(entry)?);
+        instants.push(LedgerRow::instant(entry).timestamp_micros());
+        deleted.push(true);
+    }
+    for record in records {
+        keys.push(record.key().to_owned());
+        values.push(record.value().to_owned());
+        instants.push(record.updated_at().timestamp_micros());
+        deleted.push(record.is_deleted());
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(keys)),
+        Arc::new(StringArray::from(values)),
+        Arc::new(TimestampMicrosecondArray::from(instants).with_timezone("UTC")),
+        Arc::new(BooleanArray::from(deleted)),
+    ];
+    RecordBatch::try_new(file_schema(), columns).map_err(corrupt)
+}
+
+/// The day's ledger entry as the `value` of its ledger row: JSON, readable
+/// with any engine's JSON functions.
+#[derive(Debug, Serialize, Deserialize)]
+struct LedgerRow {
+    #[serde(default)]
+    synced: Option<Synced>,
+    #[serde(default)]
+    failure: Option<Failure>,
+    #[serde(default)]
+    listing_watermark: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Synced {
+    at: DateTime<Utc>,
+    run_id: Option<String>,
+    mode: String,
+    as_of: Option<DateTime<Utc>>,
+    digest: String,
+    counts: CountsRow,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct CountsRow {
+    inserted: u64,
+    updated: u64,
+    unchanged: u64,
+    stale: u64,
+    deleted: u64,
+    unlisted: u64,
+    skipped: u64,
+    collapsed: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Failure {
+    at: DateTime<Utc>,
+    run_id: Option<String>,
+    attempts: u32,
+    error: String,
+}
+
+impl LedgerRow {
+    fn encode(entry: &LedgerEntry) -> Result<String> {
+        let row = LedgerRow {
+            synced: entry.synced.as_ref().map(|s| Synced {
+                at: s.at,
+                run_id: s.run_id.as_ref().map(|id| id.as_str().to_owned()),
+                mode: s.mode.as_str().to_owned(),
+                as_of: s.as_of,
+                digest: s.digest.to_string(),
+                counts: CountsRow {
+                    inserted: s.counts.inserted,
+                    updated: s.counts.updated,
+                    unchanged: s.counts.unchanged,
+                    stale: s.counts.stale,
+                    deleted: s.counts.deleted,
+                    unlisted: s.counts.unlisted,
+                    skipped: s.counts.skipped,
+                    collapsed: s.counts.collapsed,
+                },
+            }),
+            failure: entry.failure.as_ref().map(|f| Failure {
+                at: f.at,
+                run_id: f.run_id.as_ref().map(|id| id.as_str().to_owned()),
+                attempts: f.attempts,
+                error: f.error.clone(),
+            }),
+            listing_watermark: entry.listing_watermark,
+        };
+        serde_json::to_string(&row).map_err(corrupt)
+    }
+
+    /// The ledger row's `updated_at`: its latest instant.
+    fn instant(entry: &LedgerEntry) -> DateTime<Utc> {
+        [
+            entry.synced.as_ref().map(|s| s.at),
+            entry.failure.as_ref().map(|f| f.at),
+            entry.listing_watermark,
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(DateTime::UNIX_EPOCH)
+    }
+
+    fn decode(day: NaiveDate, text: &str) -> Result<LedgerEntry> {
+        let row: LedgerRow = serde_json::from_str(text)
+            .map_err(|e| corrupt(format!("the ledger row of {day}: {e}")))?;
+        let mut entry = LedgerEntry::new(day);
+        entry.listing_watermark = row.listing_watermark;
+        if let Some(s) = row.synced {
+            let mode: Mode = s.mode.parse().map_err(corrupt)?;
+            let digest = Digest::from_hex(&s.digest)
+                .ok_or_else(|| corrupt(format!("the digest of {day}: {:?}", s.digest)))?;
+            let mut counts = Counts::default();
+            counts.inserted = s.counts.inserted;
+            counts.updated = s.counts.updated;
+            counts.unchanged = s.counts.unchanged;
+            counts.stale = s.counts.stale;
+            counts.deleted = s.counts.deleted;
+            counts.unlisted = s.counts.unlisted;
+            counts.skipped = s.counts.skipped;
+            counts.collapsed = s.counts.collapsed;
+            entry.synced = Some(SyncedDay::new(
+                s.at,
+                s.run_id.map(RunId::from),
+                mode,
+                s.as_of,
+                digest,
+                counts,
+            ));
+        }
+        if let Some(f) = row.failure {
+            entry.failure = Some(DayFailure::new(
+                f.at,
+                f.run_id.map(RunId::from),
+                f.attempts,
+                &f.error,
+            ));
+        }
+        Ok(entry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ledger_entry_reads_back_as_written() {
+        let day = NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
+        let at = DateTime::from_timestamp_micros(1_772_000_000_123_456).unwrap();
+        let mut counts = Counts::default();
+        counts.inserted = 3;
+        counts.collapsed = 1;
+        let mut entry = LedgerEntry::new(day);
+        entry.synced = Some(SyncedDay::new(
+            at,
+            Some(RunId::from("run-1")),
+            Mode::Replace,
+            Some(at),
+            Digest::from_bytes([7; 16]),
+            counts,
+        ));
+        entry.failure = Some(DayFailure::new(at, None, 2, "upstream 503"));
+        entry.listing_watermark = Some(at);
+        let text = LedgerRow::encode(&entry).unwrap();
+        assert_eq!(LedgerRow::decode(day, &text).unwrap(), entry);
+    }
+}

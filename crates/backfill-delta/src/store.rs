@@ -1,0 +1,524 @@
+//! [`DeltaStore`]: opening the table, and the [`Store`] contract on it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use backfill_core::{
+    Counts, DayFailure, DayWrite, Digest, Error, LedgerEntry, MemoryStore, Record, Store,
+};
+use chrono::{DateTime, NaiveDate, Utc};
+use deltalake::operations::create::CreateBuilder;
+use deltalake::protocol::SaveMode;
+use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError, ObjectStore};
+use tokio::sync::Mutex;
+
+use crate::commit::{commit, operation, write_days, NewDay, Outcome, ReadSet};
+use crate::error::{backend, corrupt, open, Result, BACKEND};
+use crate::rows::{delta_columns, EVENT_DATE};
+use crate::table::{Cache, DayRows, Files, Reader};
+
+/// How many times a write is decided again after losing a commit race
+/// before it gives up (with a retryable error: the job tries the day again).
+const MAX_ATTEMPTS: u32 = 100;
+
+/// A [`Store`] on a Delta Lake table: a directory or an object-store
+/// prefix, partitioned by `event_date`, that any Delta reader reads.
+///
+/// See the [crate docs](crate) for the table's layout, the ledger and how
+/// writers on many machines commit to one table.
+pub struct DeltaStore {
+    location: String,
+    /// The latest snapshot read, brought up to date before each use.
+    table: Mutex<DeltaTable>,
+    /// The rows of the files read lately.
+    cache: Cache,
+}
+
+impl fmt::Debug for DeltaStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeltaStore")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeltaStore {
+    /// Opens the table at `location` (a local path, `file://…`, or an
+    /// object-store URL the build supports), creating it if there is none.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Open`] when the location cannot be reached or holds a table
+    /// of another shape (naming the column that differs).
+    pub async fn open(location: &str) -> Result<Self> {
+        Self::open_with(location, HashMap::new()).await
+    }
+
+    /// [`DeltaStore::open`] with object-store options (credentials, an
+    /// endpoint, `allow_http`, …), as delta-rs names them.
+    ///
+    /// # Errors
+    ///
+    /// As [`DeltaStore::open`].
+    pub async fn open_with(
+        location: &str,
+        storage_options: HashMap<String, String>,
+    ) -> Result<Self> {
+        let url = deltalake::ensure_table_uri(location).map_err(open)?;
+        let shown = crate::shown_location(&url);
+        let mut created = false;
+        let table = loop {
+            let builder = DeltaTableBuilder::from_url(url.clone())
+                .map_err(open)?
+                .with_storage_options(storage_options.clone());
+            match builder.load().await {
+                Ok(table) => break table,
+                Err(DeltaTableError::NotATable(_)) if !created => {}
+                Err(e) => return Err(open(e)),
+            }
+            created = true;
+            let made = CreateBuilder::new()
+                .with_location(url.as_str())
+                .with_storage_options(storage_options.clone())
+                .with_columns(delta_columns())
+                .with_partition_columns([EVENT_DATE])
+                .with_save_mode(SaveMode::Ignore)
+                .await;
+            match made {
+                Ok(table) => break table,
+                // Another writer created it first: open theirs.
+                Err(
+                    DeltaTableError::VersionAlreadyExists(_) | DeltaTableError::Transaction { .. },
+                ) => {}
+                Err(e) => return Err(open(e)),
+            }
+        };
+        check_shape(&table, &shown)?;
+        Ok(Self {
+            location: shown,
+            table: Mutex::new(table),
+            cache: Cache::default(),
+        })
+    }
+
+    /// Where the table is, without any credentials the URL held.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The table's latest version.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] when the log cannot be read.
+    pub async fn version(&self) -> Result<u64> {
+        Ok(self.latest().await?.version().unwrap_or_default())
+    }
+
+    /// The latest snapshot.
+    async fn latest(&self) -> Result<DeltaTable> {
+        let mut table = self.table.lock().await;
+        table.update_state().await.map_err(backend)?;
+        Ok(table.clone())
+    }
+
+    /// What every day of `days` holds, read whole.
+    async fn read_whole(
+        &self,
+        table: &DeltaTable,
+        files: &Files,
+        days: &BTreeSet<NaiveDate>,
+    ) -> Result<BTreeMap<NaiveDate, DayRows>> {
+        let chosen: Vec<_> = days
+            .iter()
+            .flat_map(|day| files.of_day(*day))
+            .cloned()
+            .collect();
+        self.reader(&table.object_store()).days(chosen).await
+    }
+
+    /// Every record of the table, by key, tombstones included.
+    async fn all_records(&self) -> Result<BTreeMap<String, Record>> {
+        let table = self.latest().await?;
+        let files = Files::of(&table)?;
+        let store = table.object_store();
+        let days = self
+            .reader(&store)
+            .days(files.all().cloned().collect())
+            .await?;
+        let mut records = BTreeMap::new();
+        for rows in days.into_values() {
+            records.extend(rows.records);
+        }
+        Ok(records)
+    }
+
+    /// Reads files of `store` through the cache.
+    fn reader<'a>(&'a self, store: &'a Arc<dyn ObjectStore>) -> Reader<'a> {
+        Reader {
+            store,
+            cache: &self.cache,
+        }
+    }
+
+    /// The latest snapshot and its files.
+    async fn snapshot(&self) -> Result<(DeltaTable, Files)> {
+        let table = self.latest().await?;
+        let files = Files::of(&table)?;
+        Ok((table, files))
+    }
+
+    /// Commits a change decided on `table`: its result once committed (or
+    /// when nothing changed), `None` when another writer's commit
+    /// conflicted with it and it must be decided again.
+    async fn settle<T>(
+        &self,
+        table: &DeltaTable,
+        decision: Decision<'_, T>,
+        attempt: u32,
+    ) -> Result<Option<T>> {
+        let Some(actions) = write_days(table, &decision.old, &decision.new).await? else {
+            return Ok(Some(decision.result));
+        };
+        let read = ReadSet {
+            days: decision
+                .old
+                .keys()
+                .copied()
+                .chain(decision.new.keys().copied())
+                .collect(),
+            keys: decision.keys,
+        };
+        let changed = decision.new.keys().copied();
+        match commit(&self.cache, table, actions, &read, operation(changed)).await? {
+            Outcome::Committed(state) => {
+                // The next write starts from the table as this one left it.
+                let mut latest = self.table.lock().await;
+                if latest.version() < Some(state.version()) {
+                    latest.state = Some(*state);
+                }
+                Ok(Some(decision.result))
+            }
+            Outcome::Lost => {
+                // Back off a little, more as the races go on, so that
+                // writers of one day take turns.
+                let pause = u64::from(attempt.min(20)) * (1 + u64::from(attempt % 7));
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                Ok(None)
+            }
+        }
+    }
+
+    /// What a day's write makes of the table as `table` has it.
+    async fn decide_apply<'a>(
+        &self,
+        table: &DeltaTable,
+        files: &Files,
+        day: &DayWrite,
+        records: &[Record],
+        own: &BTreeSet<NaiveDate>,
+        probe: &'a HashSet<&'a str>,
+    ) -> Result<Decision<'a, Counts>> {
+        let store = table.object_store();
+        // The days the write reads whole: its own, and those that hold
+        // one of its keys (a key moving between days).
+        let mut whole = own.clone();
+        if let Some((first, last)) = records.first().zip(records.last()) {
+            let elsewhere: Vec<_> = files
+                .all()
+                .filter(|f| !own.contains(&f.day) && f.may_hold_keys(first.key(), last.key()))
+                .cloned()
+                .collect();
+            whole.extend(self.reader(&store).days_holding(elsewhere, probe).await?);
+        }
+        let old = self.read_whole(table, files, &whole).await?;
+        // The reference store decides: the same rows, counts and ledger
+        // entry as every other store.
+        let memory = MemoryStore::from_parts(
+            old.values().flat_map(|rows| rows.records.values().cloned()),
+            old.values().filter_map(|rows| rows.ledger.clone()),
+        );
+        let counts = memory.apply_read(day, records)?;
+        let mut new: BTreeMap<NaiveDate, NewDay> = whole
+            .iter()
+            .map(|&d| {
+                let day = NewDay {
+                    records: Vec::new(),
+                    ledger: None,
+                };
+                (d, day)
+            })
+            .collect();
+        for row in memory.rows_with_tombstones().await? {
+            let Some(to) = new.get_mut(&row.event_date()) else {
+                return Err(corrupt(format!("a row of an unread day: {row:?}")));
+            };
+            to.records.push(row);
+        }
+        for entry in memory.ledger(NaiveDate::MIN..=NaiveDate::MAX).await? {
+            if let Some(to) = new.get_mut(&entry.day) {
+                to.ledger = Some(entry);
+            }
+        }
+        Ok(Decision {
+            old,
+            new,
+            keys: Some(probe),
+            result: counts,
+        })
+    }
+
+    /// What purging tombstones before `before` makes of the table.
+    async fn decide_purge(
+        &self,
+        table: &DeltaTable,
+        files: &Files,
+        before: DateTime<Utc>,
+    ) -> Result<Decision<'static, u64>> {
+        let all: BTreeSet<NaiveDate> = files.by_day.keys().copied().collect();
+        let mut old = self.read_whole(table, files, &all).await?;
+        let mut new = unchanged(&old);
+        let mut purged = 0u64;
+        let mut touched = BTreeSet::new();
+        for (day, rows) in &mut new {
+            let count = rows.records.len();
+            rows.records
+                .retain(|r| !(r.is_deleted() && r.updated_at() < before));
+            if rows.records.len() < count {
+                purged += (count - rows.records.len()) as u64;
+                touched.insert(*day);
+            }
+        }
+        if purged > 0 {
+            for (day, rows) in &mut new {
+                let Some(synced) = rows.ledger.as_mut().and_then(|e| e.synced.as_mut()) else {
+                    continue;
+                };
+                if touched.contains(day) || synced.digest.covers_other_days() {
+                    synced.digest = Digest::PURGED;
+                }
+            }
+        }
+        // Only the days that change are in the commit.
+        let same: Vec<NaiveDate> = new
+            .iter()
+            .filter(|(day, rows)| {
+                let before = &old[day];
+                before.ledger == rows.ledger && before.records.len() == rows.records.len()
+            })
+            .map(|(day, _)| *day)
+            .collect();
+        for day in same {
+            old.remove(&day);
+            new.remove(&day);
+        }
+        Ok(Decision {
+            old,
+            new,
+            keys: None,
+            result: purged,
+        })
+    }
+
+    /// What recording `failure` for `day` makes of the table.
+    async fn decide_failure(
+        &self,
+        table: &DeltaTable,
+        files: &Files,
+        day: NaiveDate,
+        failure: &DayFailure,
+    ) -> Result<Decision<'static, ()>> {
+        let old = self
+            .read_whole(table, files, &BTreeSet::from([day]))
+            .await?;
+        let mut new = unchanged(&old);
+        let to = new.entry(day).or_insert_with(|| NewDay {
+            records: Vec::new(),
+            ledger: None,
+        });
+        let entry = to.ledger.get_or_insert_with(|| LedgerEntry::new(day));
+        entry.failure = Some(failure.clone());
+        Ok(Decision {
+            old,
+            new,
+            keys: None,
+            result: (),
+        })
+    }
+}
+
+/// The error of a write that lost every race it ran.
+fn gave_up(what: &str) -> Error {
+    Error::backend(
+        BACKEND,
+        true,
+        format!("{what}: other writers kept changing the same days ({MAX_ATTEMPTS} attempts)"),
+    )
+}
+
+/// A change decided on one snapshot.
+struct Decision<'a, T> {
+    /// The days read whole, as they were.
+    old: BTreeMap<NaiveDate, DayRows>,
+    /// What they become.
+    new: BTreeMap<NaiveDate, NewDay>,
+    /// The keys written, for a change that may move keys between days.
+    keys: Option<&'a HashSet<&'a str>>,
+    result: T,
+}
+
+/// Refuses a table of another shape than this store writes.
+fn check_shape(table: &DeltaTable, location: &str) -> Result<()> {
+    let snapshot = table.snapshot().map_err(open)?;
+    let schema = snapshot.schema();
+    for wanted in delta_columns() {
+        let found = schema.field(wanted.name());
+        let problem = match found {
+            None => "is missing".to_owned(),
+            Some(found) if found.data_type() != wanted.data_type() => {
+                format!("is {} (wanted {})", found.data_type(), wanted.data_type())
+            }
+            Some(_) => continue,
+        };
+        return Err(open(format!(
+            "the Delta table at {location} has another shape: column {:?} {problem}",
+            wanted.name()
+        )));
+    }
+    let partitions = snapshot.metadata().partition_columns();
+    if partitions.len() != 1 || partitions[0] != EVENT_DATE {
+        return Err(open(format!(
+            "the Delta table at {location} has another shape: partitioned by {partitions:?}, \
+             not by [\"{EVENT_DATE}\"]"
+        )));
+    }
+    Ok(())
+}
+
+/// `old`'s days as they are, ready to be changed.
+fn unchanged(old: &BTreeMap<NaiveDate, DayRows>) -> BTreeMap<NaiveDate, NewDay> {
+    old.iter()
+        .map(|(day, rows)| {
+            let new = NewDay {
+                records: rows.records.values().cloned().collect(),
+                ledger: rows.ledger.clone(),
+            };
+            (*day, new)
+        })
+        .collect()
+}
+
+#[async_trait]
+impl Store for DeltaStore {
+    async fn get(&self, key: &str) -> Result<Option<Record>> {
+        let table = self.latest().await?;
+        let files = Files::of(&table)?;
+        let chosen: Vec<_> = files
+            .all()
+            .filter(|f| f.may_hold_keys(key, key))
+            .cloned()
+            .collect();
+        let store = table.object_store();
+        let days = self.reader(&store).days(chosen).await?;
+        Ok(days
+            .into_values()
+            .find_map(|mut rows| rows.records.remove(key))
+            .filter(|record| !record.is_deleted()))
+    }
+
+    async fn rows(&self) -> Result<Vec<Record>> {
+        Ok(self
+            .all_records()
+            .await?
+            .into_values()
+            .filter(|r| !r.is_deleted())
+            .collect())
+    }
+
+    async fn day_rows(&self, day: NaiveDate) -> Result<Vec<Record>> {
+        let table = self.latest().await?;
+        let files = Files::of(&table)?;
+        let mut days = self
+            .read_whole(&table, &files, &BTreeSet::from([day]))
+            .await?;
+        let rows = days.remove(&day).unwrap_or_default();
+        Ok(rows
+            .records
+            .into_values()
+            .filter(|r| !r.is_deleted())
+            .collect())
+    }
+
+    async fn rows_with_tombstones(&self) -> Result<Vec<Record>> {
+        Ok(self.all_records().await?.into_values().collect())
+    }
+
+    async fn apply(&self, day: DayWrite) -> Result<Counts> {
+        // The day's pages may be read from the job's temporary files.
+        let (day, records) = tokio::task::spawn_blocking(move || {
+            let mut day = day;
+            let records = day.read_all();
+            (day, records)
+        })
+        .await
+        .map_err(|e| corrupt(format!("reading the day's pages: {e}")))?;
+        let records = records?;
+        for record in &records {
+            record.validate()?;
+        }
+        let probe: HashSet<&str> = records.iter().map(Record::key).collect();
+        let mut own: BTreeSet<NaiveDate> = day.days().iter().copied().collect();
+        own.insert(day.day());
+        for attempt in 1..=MAX_ATTEMPTS {
+            let (table, files) = self.snapshot().await?;
+            let decision = self
+                .decide_apply(&table, &files, &day, &records, &own, &probe)
+                .await?;
+            if let Some(counts) = self.settle(&table, decision, attempt).await? {
+                return Ok(counts);
+            }
+        }
+        Err(gave_up("applying a day"))
+    }
+
+    async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {
+        for attempt in 1..=MAX_ATTEMPTS {
+            let (table, files) = self.snapshot().await?;
+            let decision = self.decide_purge(&table, &files, before).await?;
+            if let Some(purged) = self.settle(&table, decision, attempt).await? {
+                return Ok(purged);
+            }
+        }
+        Err(gave_up("purging tombstones"))
+    }
+
+    async fn ledger(&self, days: RangeInclusive<NaiveDate>) -> Result<Vec<LedgerEntry>> {
+        let table = self.latest().await?;
+        let files = Files::of(&table)?;
+        let chosen: Vec<_> = files
+            .by_day
+            .range(days)
+            .flat_map(|(_, files)| files)
+            .filter(|f| f.may_hold_ledger())
+            .cloned()
+            .collect();
+        let store = table.object_store();
+        let read = self.reader(&store).days(chosen).await?;
+        Ok(read.into_values().filter_map(|rows| rows.ledger).collect())
+    }
+
+    async fn record_failure(&self, day: NaiveDate, failure: &DayFailure) -> Result<()> {
+        for attempt in 1..=MAX_ATTEMPTS {
+            let (table, files) = self.snapshot().await?;
+            let decision = self.decide_failure(&table, &files, day, failure).await?;
+            if self.settle(&table, decision, attempt).await?.is_some() {
+                return Ok(());
+            }
+        }
+        Err(gave_up("recording a failure"))
+    }
+}

@@ -1,0 +1,279 @@
+//! The table as one snapshot sees it: its data files by day, and their rows.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Mutex;
+
+use backfill_core::{LedgerEntry, Record};
+use chrono::NaiveDate;
+use deltalake::kernel::Remove;
+use deltalake::logstore::parquet_reader::ParquetObjectReader;
+use deltalake::parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use deltalake::{DeltaTable, ObjectStore, Path};
+use futures_util::{stream, StreamExt, TryStreamExt};
+use std::sync::Arc;
+
+use crate::error::{backend, corrupt, Result};
+use crate::rows::{batch_rows, Row, EVENT_DATE, KEY, LEDGER_PREFIX};
+
+/// How many files are read at once.
+const READ_AHEAD: usize = 8;
+
+/// One active data file of a snapshot.
+#[derive(Debug, Clone)]
+pub(crate) struct DataFile {
+    /// Its path in the table's object store.
+    pub(crate) path: Path,
+    /// Its size in bytes.
+    pub(crate) size: u64,
+    /// Its partition.
+    pub(crate) day: NaiveDate,
+    /// The smallest and largest key of its statistics, if it has them.
+    pub(crate) keys: Option<(String, String)>,
+    /// The action that removes it.
+    pub(crate) remove: Remove,
+}
+
+impl DataFile {
+    /// Whether the file may hold a ledger row (the smallest key of a file
+    /// that holds one starts with a NUL; a file without statistics may).
+    pub(crate) fn may_hold_ledger(&self) -> bool {
+        self.keys
+            .as_ref()
+            .is_none_or(|(min, _)| min.starts_with('\0') || LEDGER_PREFIX.starts_with(min.as_str()))
+    }
+
+    /// Whether the file may hold a record whose key is in `first..=last`.
+    pub(crate) fn may_hold_keys(&self, first: &str, last: &str) -> bool {
+        self.keys
+            .as_ref()
+            .is_none_or(|(min, max)| min.as_str() <= last && first <= max.as_str())
+    }
+}
+
+/// The active files of one snapshot, by day.
+#[derive(Debug, Default)]
+pub(crate) struct Files {
+    pub(crate) by_day: BTreeMap<NaiveDate, Vec<DataFile>>,
+}
+
+impl Files {
+    /// The files of `table`'s loaded snapshot.
+    pub(crate) fn of(table: &DeltaTable) -> Result<Self> {
+        let snapshot = table.snapshot().map_err(backend)?;
+        let mut files = Files::default();
+        for view in snapshot.log_data().iter() {
+            if view.deletion_vector_descriptor().is_some() {
+                return Err(corrupt(format!(
+                    "{} has a deletion vector, which this store does not apply: purge them \
+                     (`REORG TABLE … APPLY (PURGE)`) or turn them off for this table",
+                    view.path()
+                )));
+            }
+            let partition = view.partition_values_map();
+            let day = partition
+                .get(EVENT_DATE)
+                .and_then(|value| value.as_deref())
+                .ok_or_else(|| corrupt(format!("{} has no event_date", view.path())))?;
+            let day: NaiveDate = day
+                .parse()
+                .map_err(|e| corrupt(format!("{}: event_date {day:?}: {e}", view.path())))?;
+            let keys = view.stats().and_then(|stats| key_range(&stats));
+            files.by_day.entry(day).or_default().push(DataFile {
+                path: view.object_store_path(),
+                size: view.size().max(0) as u64,
+                day,
+                keys,
+                remove: view.remove_action(true),
+            });
+        }
+        Ok(files)
+    }
+
+    /// The files of `day`.
+    pub(crate) fn of_day(&self, day: NaiveDate) -> &[DataFile] {
+        self.by_day.get(&day).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// Every file.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &DataFile> {
+        self.by_day.values().flatten()
+    }
+}
+
+/// The smallest and largest key in a file's statistics.
+fn key_range(stats: &str) -> Option<(String, String)> {
+    let stats: serde_json::Value = serde_json::from_str(stats).ok()?;
+    let min = stats.get("minValues")?.get(KEY)?.as_str()?.to_owned();
+    let max = stats.get("maxValues")?.get(KEY)?.as_str()?.to_owned();
+    // Statistics may truncate a long key: the maximum is then no bound.
+    (max.chars().count() < 32).then_some((min, max))
+}
+
+/// What a day's files hold.
+#[derive(Debug, Default)]
+pub(crate) struct DayRows {
+    /// Its records, tombstones included, by key.
+    pub(crate) records: BTreeMap<String, Record>,
+    /// Its ledger entry.
+    pub(crate) ledger: Option<LedgerEntry>,
+    /// Its files, and what each holds: (file, records, a ledger row).
+    pub(crate) files: Vec<(DataFile, bool, bool)>,
+}
+
+/// The rows of files read lately, by path: a data file never changes once
+/// written, so a file read again (the next write of its day, a key probed
+/// by another day's write) comes from memory.
+#[derive(Debug, Default)]
+pub(crate) struct Cache {
+    state: Mutex<CacheState>,
+}
+
+#[derive(Debug, Default)]
+struct CacheState {
+    rows: HashMap<Path, Arc<Vec<Row>>>,
+    bytes: usize,
+}
+
+/// How much the cache holds before it lets files go.
+const CACHE_BYTES: usize = 256 << 20;
+
+impl Cache {
+    fn get(&self, path: &Path) -> Option<Arc<Vec<Row>>> {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.rows.get(path).cloned()
+    }
+
+    fn put(&self, path: &Path, rows: &Arc<Vec<Row>>) {
+        let size: usize = rows.iter().map(Row::size).sum::<usize>() + 64;
+        if size > CACHE_BYTES / 4 {
+            return;
+        }
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.bytes + size > CACHE_BYTES {
+            // Let the older half go: which is older is not tracked, so
+            // any half.
+            let mut keep = CACHE_BYTES / 2;
+            state.rows.retain(|_, rows| {
+                let size: usize = rows.iter().map(Row::size).sum::<usize>() + 64;
+                let kept = size <= keep;
+                keep = keep.saturating_sub(size);
+                kept
+            });
+            state.bytes = state
+                .rows
+                .values()
+                .map(|rows| rows.iter().map(Row::size).sum::<usize>() + 64)
+                .sum();
+        }
+        if state.rows.insert(path.clone(), Arc::clone(rows)).is_none() {
+            state.bytes += size;
+        }
+    }
+}
+
+/// Where files are read from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reader<'a> {
+    pub(crate) store: &'a Arc<dyn ObjectStore>,
+    pub(crate) cache: &'a Cache,
+}
+
+impl Reader<'_> {
+    /// Every row of one file.
+    pub(crate) async fn rows(
+        &self,
+        path: &Path,
+        size: u64,
+        day: NaiveDate,
+    ) -> Result<Arc<Vec<Row>>> {
+        if let Some(rows) = self.cache.get(path) {
+            return Ok(rows);
+        }
+        let reader =
+            ParquetObjectReader::new(Arc::clone(self.store), path.clone()).with_file_size(size);
+        let mut batches = ParquetRecordBatchStreamBuilder::new(reader)
+            .await
+            .map_err(parquet)?
+            .build()
+            .map_err(parquet)?;
+        let mut rows = Vec::new();
+        while let Some(batch) = batches.try_next().await.map_err(parquet)? {
+            batch_rows(&batch, day, &mut rows)?;
+        }
+        let rows = Arc::new(rows);
+        self.cache.put(path, &rows);
+        Ok(rows)
+    }
+
+    /// Every row of `files`, by day.
+    pub(crate) async fn days(&self, files: Vec<DataFile>) -> Result<BTreeMap<NaiveDate, DayRows>> {
+        let read: Vec<(DataFile, Arc<Vec<Row>>)> = stream::iter(files)
+            .map(|file| async move {
+                let rows = self.rows(&file.path, file.size, file.day).await?;
+                Ok::<_, backfill_core::Error>((file, rows))
+            })
+            .buffer_unordered(READ_AHEAD)
+            .try_collect()
+            .await?;
+        let mut days: BTreeMap<NaiveDate, DayRows> = BTreeMap::new();
+        for (file, rows) in read {
+            let day = days.entry(file.day).or_default();
+            let (mut records, mut ledger) = (false, false);
+            for row in rows.iter() {
+                match row {
+                    Row::Record(record) => {
+                        records = true;
+                        let key = record.key().to_owned();
+                        if day.records.insert(key, record.clone()).is_some() {
+                            return Err(corrupt(format!("a key twice in day {}", file.day)));
+                        }
+                    }
+                    Row::Ledger(entry) => {
+                        ledger = true;
+                        if day.ledger.replace(entry.clone()).is_some() {
+                            return Err(corrupt(format!("two ledger rows for {}", file.day)));
+                        }
+                    }
+                }
+            }
+            day.files.push((file, records, ledger));
+        }
+        Ok(days)
+    }
+
+    /// The days among `files` that hold any of `keys`.
+    pub(crate) async fn days_holding(
+        &self,
+        files: Vec<DataFile>,
+        keys: &HashSet<&str>,
+    ) -> Result<BTreeSet<NaiveDate>> {
+        let found: Vec<Option<NaiveDate>> = stream::iter(files)
+            .map(|file| async move {
+                let hit = self.holds(&file.path, file.size, file.day, keys).await?;
+                Ok::<_, backfill_core::Error>(hit.then_some(file.day))
+            })
+            .buffer_unordered(READ_AHEAD)
+            .try_collect()
+            .await?;
+        Ok(found.into_iter().flatten().collect())
+    }
+
+    /// Whether a file holds a record of any of `keys`.
+    pub(crate) async fn holds(
+        &self,
+        path: &Path,
+        size: u64,
+        day: NaiveDate,
+        keys: &HashSet<&str>,
+    ) -> Result<bool> {
+        let rows = self.rows(path, size, day).await?;
+        Ok(rows.iter().any(|row| match row {
+            Row::Record(record) => keys.contains(record.key()),
+            Row::Ledger(_) => false,
+        }))
+    }
+}
+
+fn parquet(e: deltalake::parquet::errors::ParquetError) -> backfill_core::Error {
+    backend(deltalake::DeltaTableError::Parquet { source: e })
+}
