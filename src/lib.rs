@@ -46,3 +46,7 @@ pub use backfill_sqlite as sqlite;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use backfill_postgres as postgres;
+
+#[cfg(feature = "delta")]
+#[cfg_attr(docsrs, doc(cfg(feature = "delta")))]
+pub use backfill_delta as delta;

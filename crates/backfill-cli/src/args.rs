@@ -115,9 +115,10 @@ pub(crate) struct ConfigArgs {
 #[derive(Debug, Args)]
 pub(crate) struct StoreArgs {
     /// The store: `sqlite://PATH` (`sqlite:///abs/path.db` for an absolute
-    /// path) or `postgres://USER:PASSWORD@HOST/DB` (over TLS when the URL
+    /// path), `postgres://USER:PASSWORD@HOST/DB` (over TLS when the URL
     /// has an `sslmode` other than `disable`, never falling back to plain
-    /// text).
+    /// text), or a Delta Lake table: `delta://DIR`, `delta+s3://BUCKET/PREFIX`
+    /// (with the `delta` feature; S3 credentials from the AWS environment).
     #[arg(
         long,
         env = "BACKFILL_STORE",

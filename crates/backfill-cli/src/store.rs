@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use backfill_core::columns::Column;
 use backfill_core::Store;
 use backfill_postgres::tokio_postgres::error::SqlState;
 use backfill_postgres::{PostgresStore, Tls};
@@ -18,6 +19,11 @@ pub enum StoreUrl {
     Sqlite(PathBuf),
     /// `postgres://…` or `postgresql://…`, as given.
     Postgres(String),
+    /// `delta://PATH` (a local directory, relative to the working
+    /// directory unless it starts with `/`), `delta+file:///PATH`, or
+    /// `delta+s3://BUCKET/PREFIX`: a Delta Lake table, as delta-rs names
+    /// its location (`PATH`, `file:///PATH`, `s3://BUCKET/PREFIX`).
+    Delta(String),
 }
 
 /// Why a URL names no store.
@@ -51,6 +57,21 @@ impl StoreUrl {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             return Ok(StoreUrl::Postgres(url.to_owned()));
         }
+        if let Some(path) = url.strip_prefix("delta://") {
+            if path.is_empty() {
+                return Err(bad("no table directory after delta://"));
+            }
+            return Ok(StoreUrl::Delta(path.to_owned()));
+        }
+        if let Some(location) = url.strip_prefix("delta+") {
+            let scheme = location.split_once("://").map(|(scheme, _)| scheme);
+            return match scheme {
+                Some("file" | "s3" | "s3a") => Ok(StoreUrl::Delta(location.to_owned())),
+                _ => Err(bad(
+                    "a Delta table is delta://PATH, delta+file:///PATH or delta+s3://BUCKET/PREFIX",
+                )),
+            };
+        }
         // A SQLite URL with one slash too few, or a bare path: say what
         // was meant.
         let path = url.strip_prefix("sqlite:").or_else(|| {
@@ -73,7 +94,8 @@ impl StoreUrl {
             return Err(bad(&format!("{what}: for this SQLite file, write {hint}")));
         }
         Err(bad(
-            "unsupported store: expected sqlite://PATH or postgres://USER:PASSWORD@HOST/DB",
+            "unsupported store: expected sqlite://PATH, postgres://USER:PASSWORD@HOST/DB \
+             or delta://PATH",
         ))
     }
 
@@ -186,7 +208,68 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
                 scrub(&error, text)
             })?))
         }
+        StoreUrl::Delta(location) => open_delta(args, access, &location, &columns, &scrub).await,
     }
+}
+
+/// Opens a Delta table (the `delta` feature).
+#[cfg(feature = "delta")]
+async fn open_delta(
+    args: &StoreArgs,
+    access: Access,
+    location: &str,
+    columns: &[Column],
+    scrub: &impl Fn(&backfill_core::Error, String) -> Failure,
+) -> Result<Box<dyn Store>, Failure> {
+    use backfill_delta::DeltaStore;
+    if let Some(option) = not_for_delta(args, columns) {
+        return Err(Failure::Config(format!(
+            "{option} is not for a Delta table: its URL names the table"
+        )));
+    }
+    // Credentials, region and endpoint come from the environment
+    // (AWS_ACCESS_KEY_ID, AWS_REGION, AWS_ENDPOINT_URL, …), as delta-rs
+    // reads them.
+    let options = Default::default();
+    let store = match access {
+        Access::Write { .. } => DeltaStore::open_with(location, options).await,
+        Access::Read => DeltaStore::open_existing(location, options).await,
+    };
+    Ok(Box::new(store.map_err(|e| scrub(&e, e.to_string()))?))
+}
+
+/// Without the `delta` feature, a Delta URL says how to get it.
+#[cfg(not(feature = "delta"))]
+async fn open_delta(
+    _: &StoreArgs,
+    _: Access,
+    _: &str,
+    _: &[Column],
+    _: &impl Fn(&backfill_core::Error, String) -> Failure,
+) -> Result<Box<dyn Store>, Failure> {
+    Err(Failure::Config(
+        "this build of backfill has no Delta store: install it with \
+         `cargo install backfill-cli --features delta`"
+            .into(),
+    ))
+}
+
+/// The first option given that a Delta table does not take.
+#[cfg_attr(not(feature = "delta"), allow(dead_code))]
+fn not_for_delta(args: &StoreArgs, columns: &[Column]) -> Option<&'static str> {
+    if args.tls_root_cert.is_some() {
+        return Some("--tls-root-cert");
+    }
+    if args.schema != backfill_postgres::DEFAULT_SCHEMA {
+        return Some("--schema");
+    }
+    if args.table != backfill_sqlite::DEFAULT_TABLE {
+        return Some("--table");
+    }
+    if !columns.is_empty() {
+        return Some("--column (typed columns are not kept on Delta tables yet)");
+    }
+    None
 }
 
 /// A Postgres store's error as this command words it: the server's or the
@@ -309,12 +392,27 @@ mod tests {
             StoreUrl::parse("postgresql://u@h/db").unwrap(),
             StoreUrl::Postgres(_)
         ));
+        for (url, location) in [
+            ("delta://lake/orders", "lake/orders"),
+            ("delta:///srv/lake/orders", "/srv/lake/orders"),
+            ("delta+file:///srv/lake/orders", "file:///srv/lake/orders"),
+            ("delta+s3://bucket/orders", "s3://bucket/orders"),
+        ] {
+            assert_eq!(
+                StoreUrl::parse(url).unwrap(),
+                StoreUrl::Delta(location.into()),
+                "{url}"
+            );
+        }
         for bad in [
             "sqlite://",
             "backfill.db",
             "mysql://u:pw@h/db",
             "",
             "postgres:/h",
+            "delta://",
+            "delta+http://h/orders",
+            "delta+s3:bucket",
         ] {
             assert!(StoreUrl::parse(bad).is_err(), "{bad}");
         }

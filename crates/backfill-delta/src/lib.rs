@@ -33,7 +33,10 @@
 //! version's `event_date`. A day's records are in one file, sorted by key
 //! (delta-rs starts another past its target file size), so a re-fetched
 //! day rewrites that day's files and no others; a day whose rows do not
-//! change is not rewritten at all.
+//! change is not rewritten at all (a re-run commits the day's new ledger
+//! row only, and with
+//! [`skip_unchanged`](backfill_core::WriteOptions::skip_unchanged) an
+//! identical re-run commits no version).
 //!
 //! Readers that want the live rows filter on the tombstone marker:
 //!

@@ -68,6 +68,33 @@ impl DeltaStore {
         location: &str,
         storage_options: HashMap<String, String>,
     ) -> Result<Self> {
+        Self::open_table(location, storage_options, true).await
+    }
+
+    /// Opens the table at `location` if there is one, creating nothing: for
+    /// readers of the ledger (`backfill status`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Open`] as [`DeltaStore::open`], and when there is no Delta
+    /// table at `location`.
+    pub async fn open_existing(
+        location: &str,
+        storage_options: HashMap<String, String>,
+    ) -> Result<Self> {
+        Self::open_table(location, storage_options, false).await
+    }
+
+    async fn open_table(
+        location: &str,
+        storage_options: HashMap<String, String>,
+        create: bool,
+    ) -> Result<Self> {
+        if !create && !location.contains("://") && !std::path::Path::new(location).is_dir() {
+            return Err(open(format!(
+                "no Delta table at {location} (nothing has been synced there)"
+            )));
+        }
         let url = deltalake::ensure_table_uri(location).map_err(open)?;
         let shown = crate::shown_location(&url);
         let mut created = false;
@@ -77,6 +104,11 @@ impl DeltaStore {
                 .with_storage_options(storage_options.clone());
             match builder.load().await {
                 Ok(table) => break table,
+                Err(DeltaTableError::NotATable(_)) if !create => {
+                    return Err(open(format!(
+                        "no Delta table at {shown} (nothing has been synced there)"
+                    )));
+                }
                 Err(DeltaTableError::NotATable(_)) if !created => {}
                 Err(e) => return Err(open(e)),
             }

@@ -1,0 +1,157 @@
+//! The table as other engines see it: which files a write replaces, how
+//! many versions it commits, and the tables it refuses.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use backfill_core::{upsert, Record, Store, WriteOptions};
+use backfill_delta::DeltaStore;
+use chrono::{Duration, NaiveDate, TimeZone, Utc};
+
+fn day(n: i64) -> NaiveDate {
+    NaiveDate::from_ymd_opt(2026, 3, 1).unwrap() + Duration::days(n)
+}
+
+/// `per_day` records of day `d`, keys spread like UUIDs, the first
+/// `changed` of them at a later version.
+fn records(d: i64, per_day: u32, changed: u32) -> Vec<Record> {
+    let at = Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap();
+    let mut records: Vec<Record> = (0..per_day)
+        .map(|i| {
+            let key = format!(
+                "{:08x}-{d}-{i}",
+                (u64::from(i) * 2_654_435_761) % 4_294_967_291
+            );
+            let (value, at) = match i < changed {
+                true => (format!("v2:{i}"), at + Duration::hours(1)),
+                false => (format!("v1:{i}"), at),
+            };
+            Record::new(key, day(d), value, at).unwrap()
+        })
+        .collect();
+    records.sort_by(|a, b| a.key().cmp(b.key()));
+    records
+}
+
+/// The table's active files, by partition directory.
+async fn files(location: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let url = deltalake::ensure_table_uri(location).unwrap();
+    let table = deltalake::open_table(url).await.unwrap();
+    let mut files: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for path in table.get_file_uris().unwrap() {
+        let (dir, _) = path.rsplit_once('/').unwrap();
+        let (_, partition) = dir.rsplit_once('/').unwrap();
+        files.entry(partition.to_owned()).or_default().insert(path);
+    }
+    files
+}
+
+#[tokio::test]
+async fn a_rerun_rewrites_no_data_file_and_a_skipped_one_commits_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let location = dir.path().join("orders");
+    let location = location.to_str().unwrap();
+    let store = DeltaStore::open(location).await.unwrap();
+    for d in 0..3 {
+        upsert(&store, day(d), records(d, 500, 0), WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    let before = files(location).await;
+    // Each day: one file of records, one of its ledger row.
+    assert!(before.values().all(|day| day.len() == 2), "{before:?}");
+    let version = store.version().await.unwrap();
+
+    // A re-run: one version, the day's ledger row only.
+    let counts = upsert(&store, day(1), records(1, 500, 0), WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((counts.unchanged, counts.written()), (500, 0));
+    assert_eq!(store.version().await.unwrap(), version + 1);
+    let after = files(location).await;
+    let common: Vec<_> = before["event_date=2026-03-02"]
+        .intersection(&after["event_date=2026-03-02"])
+        .collect();
+    assert_eq!(common.len(), 1, "the day's file of records stays");
+    assert_eq!(
+        before["event_date=2026-03-01"],
+        after["event_date=2026-03-01"]
+    );
+
+    // Skipped by its digest: no version at all.
+    let skip = WriteOptions::default().skip_unchanged(true);
+    let counts = upsert(&store, day(1), records(1, 500, 0), skip)
+        .await
+        .unwrap();
+    assert_eq!(counts.skipped, 500);
+    assert_eq!(store.version().await.unwrap(), version + 1);
+}
+
+#[tokio::test]
+async fn a_lookback_day_with_changes_rewrites_only_that_days_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let location = dir.path().join("orders");
+    let location = location.to_str().unwrap();
+    let store = DeltaStore::open(location).await.unwrap();
+    for d in 0..5 {
+        upsert(&store, day(d), records(d, 1000, 0), WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    let before = files(location).await;
+    // Day 2 again, a fifth of its rows changed upstream.
+    let counts = upsert(
+        &store,
+        day(2),
+        records(2, 1000, 200),
+        WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!((counts.updated, counts.unchanged), (200, 800));
+    let after = files(location).await;
+    for (partition, files) in &before {
+        if partition == "event_date=2026-03-03" {
+            assert!(
+                files.is_disjoint(&after[partition]),
+                "day 2's files are new"
+            );
+        } else {
+            assert_eq!(files, &after[partition], "{partition} is untouched");
+        }
+    }
+    assert_eq!(store.day_rows(day(2)).await.unwrap(), records(2, 1000, 200));
+}
+
+#[tokio::test]
+async fn a_table_of_another_shape_is_refused_naming_the_column() {
+    use deltalake::kernel::{DataType, StructField};
+    let dir = tempfile::tempdir().unwrap();
+    let location = dir.path().join("other");
+    let location = location.to_str().unwrap();
+    let url = deltalake::ensure_table_uri(location).unwrap();
+    deltalake::operations::create::CreateBuilder::new()
+        .with_location(url.as_str())
+        .with_columns([
+            StructField::new("key", DataType::STRING, false),
+            StructField::new("event_date", DataType::DATE, false),
+            StructField::new("value", DataType::LONG, false),
+        ])
+        .with_partition_columns(["event_date"])
+        .await
+        .unwrap();
+    let error = DeltaStore::open(location).await.unwrap_err().to_string();
+    assert!(error.contains("\"value\" is long"), "{error}");
+
+    let error = DeltaStore::open_existing(
+        dir.path().join("none").to_str().unwrap(),
+        Default::default(),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("no Delta table"), "{error}");
+    assert!(
+        !dir.path().join("none").exists(),
+        "a reader creates nothing"
+    );
+}
