@@ -117,8 +117,8 @@ pub(crate) struct StoreArgs {
     /// The store: `sqlite://PATH` (`sqlite:///abs/path.db` for an absolute
     /// path), `postgres://USER:PASSWORD@HOST/DB` (over TLS when the URL
     /// has an `sslmode` other than `disable`, never falling back to plain
-    /// text), or a Delta Lake table: `delta://DIR`, `delta+s3://BUCKET/PREFIX`
-    /// (with the `delta` feature; S3 credentials from the AWS environment).
+    /// text), or a Delta Lake table's directory, `delta://DIR` (with the
+    /// `delta` feature).
     #[arg(
         long,
         env = "BACKFILL_STORE",

@@ -20,9 +20,9 @@ pub enum StoreUrl {
     /// `postgres://…` or `postgresql://…`, as given.
     Postgres(String),
     /// `delta://PATH` (a local directory, relative to the working
-    /// directory unless it starts with `/`), `delta+file:///PATH`, or
-    /// `delta+s3://BUCKET/PREFIX`: a Delta Lake table, as delta-rs names
-    /// its location (`PATH`, `file:///PATH`, `s3://BUCKET/PREFIX`).
+    /// directory unless it starts with `/`) or `delta+file:///PATH`: a
+    /// Delta Lake table, as delta-rs names its location (`PATH`,
+    /// `file:///PATH`).
     Delta(String),
 }
 
@@ -66,9 +66,9 @@ impl StoreUrl {
         if let Some(location) = url.strip_prefix("delta+") {
             let scheme = location.split_once("://").map(|(scheme, _)| scheme);
             return match scheme {
-                Some("file" | "s3" | "s3a") => Ok(StoreUrl::Delta(location.to_owned())),
+                Some("file") => Ok(StoreUrl::Delta(location.to_owned())),
                 _ => Err(bad(
-                    "a Delta table is delta://PATH, delta+file:///PATH or delta+s3://BUCKET/PREFIX",
+                    "a Delta table is delta://PATH or delta+file:///PATH (a local directory)",
                 )),
             };
         }
@@ -227,9 +227,6 @@ async fn open_delta(
             "{option} is not for a Delta table: its URL names the table"
         )));
     }
-    // Credentials, region and endpoint come from the environment
-    // (AWS_ACCESS_KEY_ID, AWS_REGION, AWS_ENDPOINT_URL, …), as delta-rs
-    // reads them.
     let options = Default::default();
     let store = match access {
         Access::Write { .. } => DeltaStore::open_with(location, options).await,
@@ -396,7 +393,6 @@ mod tests {
             ("delta://lake/orders", "lake/orders"),
             ("delta:///srv/lake/orders", "/srv/lake/orders"),
             ("delta+file:///srv/lake/orders", "file:///srv/lake/orders"),
-            ("delta+s3://bucket/orders", "s3://bucket/orders"),
         ] {
             assert_eq!(
                 StoreUrl::parse(url).unwrap(),
@@ -413,6 +409,7 @@ mod tests {
             "delta://",
             "delta+http://h/orders",
             "delta+s3:bucket",
+            "delta+s3://bucket/orders",
         ] {
             assert!(StoreUrl::parse(bad).is_err(), "{bad}");
         }

@@ -12,7 +12,7 @@
 //! # let dir = tempfile::tempdir().unwrap();
 //! # let orders = dir.path().join("orders");
 //! # let orders = orders.to_str().unwrap();
-//! // A local directory, `file:///…`, or `s3://bucket/prefix`.
+//! // A local directory or a `file:///…` URL.
 //! let store = DeltaStore::open(orders).await?;
 //! let day = NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
 //! let at = Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap();

@@ -47,8 +47,8 @@ impl fmt::Debug for DeltaStore {
 }
 
 impl DeltaStore {
-    /// Opens the table at `location` (a local path, `file://…`, or an
-    /// object-store URL the build supports), creating it if there is none.
+    /// Opens the table at `location` (a local directory or a `file://…`
+    /// URL), creating it if there is none.
     ///
     /// # Errors
     ///
@@ -58,8 +58,8 @@ impl DeltaStore {
         Self::open_with(location, HashMap::new()).await
     }
 
-    /// [`DeltaStore::open`] with object-store options (credentials, an
-    /// endpoint, `allow_http`, …), as delta-rs names them.
+    /// [`DeltaStore::open`] with delta-rs's storage options (as its
+    /// `storage_options` names them).
     ///
     /// # Errors
     ///
