@@ -15,7 +15,10 @@ python="${PYTHON:-python3}"
 if [[ ! -x "$venv/bin/python" ]]; then
     "$python" -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" pytest mypy
+# deltalake, polars and pyarrow: engines the package does not control,
+# reading its Delta tables (tests/test_delta.py).
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" pytest mypy \
+    "deltalake>=1.1,<2" "polars>=1.20" "pyarrow>=15"
 (
     cd "$repo/crates/backfill-python"
     VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" \

@@ -1,5 +1,5 @@
 //! The Python package `backfill`: the pattern's own API — `Record`,
-//! `MemoryStore`, `SqliteStore`, `PostgresStore`, `Job`, `backfill`,
+//! `MemoryStore`, `SqliteStore`, `PostgresStore`, `DeltaStore`, `Job`, `backfill`,
 //! `sync_one_day`, `sync_with_lookback` — on the Rust engine. This crate
 //! only converts values: every write goes through `backfill_core`'s one
 //! write path, exactly as a Rust caller's would.
@@ -29,7 +29,7 @@ use crate::events::PyEvent;
 use crate::job::{backfill, sync_one_day, sync_with_lookback, PyJob};
 use crate::record::{PyListing, PyRecord};
 use crate::report::{PyCounts, PyDayReport, PyRunReport, PyStatus};
-use crate::stores::{PyMemoryStore, PyPostgresStore, PySqliteStore};
+use crate::stores::{PyDeltaStore, PyMemoryStore, PyPostgresStore, PySqliteStore};
 
 /// The extension module.
 #[pymodule]
@@ -39,6 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyListing>()?;
     m.add_class::<PyMemoryStore>()?;
     m.add_class::<PySqliteStore>()?;
+    m.add_class::<PyDeltaStore>()?;
     m.add_class::<PyPostgresStore>()?;
     m.add_class::<PyJob>()?;
     m.add_class::<PyRunReport>()?;

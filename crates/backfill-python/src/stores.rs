@@ -1,5 +1,5 @@
-//! `MemoryStore`, `SqliteStore` and `PostgresStore`: the engine's stores,
-//! opened as their builders open them.
+//! `MemoryStore`, `SqliteStore`, `PostgresStore` and `DeltaStore`: the
+//! engine's stores, opened as their builders open them.
 
 use std::sync::Arc;
 
@@ -163,9 +163,66 @@ pub(crate) fn store_of(store: &Bound<'_, PyAny>) -> PyResult<Shared> {
     if let Ok(s) = store.cast::<PyPostgresStore>() {
         return Ok(s.get().store.clone());
     }
+    if let Ok(s) = store.cast::<PyDeltaStore>() {
+        return Ok(s.get().store.clone());
+    }
     Err(pyo3::exceptions::PyTypeError::new_err(
-        "store must be a MemoryStore, SqliteStore or PostgresStore",
+        "store must be a MemoryStore, SqliteStore, PostgresStore or DeltaStore",
     ))
+}
+
+/// A Delta Lake table (created if missing), partitioned by `event_date`,
+/// that Spark, Databricks, Trino, DuckDB, Polars and `deltalake` read.
+#[pyclass(module = "backfill", name = "DeltaStore", frozen)]
+#[derive(Debug)]
+pub(crate) struct PyDeltaStore {
+    pub(crate) store: Shared,
+    delta: Arc<backfill_delta::DeltaStore>,
+}
+
+#[pymethods]
+impl PyDeltaStore {
+    /// `DeltaStore(uri, storage_options=None)`: `uri` a local directory or
+    /// a `file://` URL; `storage_options` as delta-rs (and Python's
+    /// `deltalake`) name them.
+    #[new]
+    #[pyo3(signature = (uri, storage_options=None))]
+    fn new(
+        py: Python<'_>,
+        uri: std::path::PathBuf,
+        storage_options: Option<std::collections::HashMap<String, String>>,
+    ) -> PyResult<Self> {
+        let uri = uri
+            .to_str()
+            .ok_or_else(|| PyValueError::new_err("the table's location is not UTF-8"))?
+            .to_owned();
+        let options = storage_options.unwrap_or_default();
+        let opened = block(py, async move {
+            backfill_delta::DeltaStore::open_with(&uri, options).await
+        })?;
+        let delta = Arc::new(opened.map_err(to_py)?);
+        Ok(Self {
+            store: Shared(Arc::clone(&delta) as Arc<dyn Store>),
+            delta,
+        })
+    }
+
+    /// Every live record, in key order.
+    fn rows(&self, py: Python<'_>) -> PyResult<Vec<PyRecord>> {
+        rows(py, &self.store)
+    }
+
+    /// The table's latest version.
+    fn version(&self, py: Python<'_>) -> PyResult<u64> {
+        let delta = Arc::clone(&self.delta);
+        block(py, async move { delta.version().await })?.map_err(to_py)
+    }
+
+    /// Where the table is.
+    #[getter]
+    fn location(&self) -> String {
+        self.delta.location().to_owned()
+    }
 }
 
 /// Typed column declarations (`name:type[?][=path]`), parsed.

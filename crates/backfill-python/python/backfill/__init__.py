@@ -21,6 +21,7 @@ that takes a ``datetime.date`` and returns an iterable of ``Record`` objects
 from backfill._native import (
     BackfillError,
     Counts,
+    DeltaStore,
     DayReport,
     Event,
     InvalidRecord,
@@ -50,6 +51,7 @@ __all__ = [
     "BackfillError",
     "Counts",
     "DayReport",
+    "DeltaStore",
     "Event",
     "InMemoryStore",
     "InvalidRecord",

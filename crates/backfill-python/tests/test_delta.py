@@ -1,0 +1,87 @@
+"""A Delta table written by the package, read by engines it does not
+control: Python's `deltalake` and Polars find exactly the live rows a
+`MemoryStore` fed the same days holds (deletes, a listing and a key that
+moved between days included), and the day ledger reads back through the
+package."""
+
+import datetime as dt
+import os
+
+import pytest
+
+import backfill
+from backfill import Job, Listing, Record
+
+DAYS = [dt.date(2026, 3, 1) + dt.timedelta(days=n) for n in range(3)]
+
+
+def _reader(name):
+    try:
+        return __import__(name)
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and {name} is not installed (scripts/python-tests.sh installs it)")
+        pytest.skip(f"{name} is not installed")
+
+
+def at(day, hour):
+    return dt.datetime.combine(day, dt.time(hour), tzinfo=dt.timezone.utc)
+
+
+def orders(day):
+    records = [Record(f"order:{day}:{i}", day, {"total": i * 10}, at(day, 9)) for i in range(50)]
+    if day == DAYS[2]:
+        # order 0 of the first day moves here, and one of this day's goes.
+        records.append(Record(f"order:{DAYS[0]}:0", day, {"moved": True}, at(day, 10)))
+        records.append(Record(f"order:{day}:7", day, None, at(day, 11), deleted=True))
+    return records
+
+
+def write(store):
+    backfill.backfill(store, orders, DAYS[0], DAYS[2])
+    # A listing of the second day that lacks its last ten orders.
+    listing = lambda d: Listing(orders(d)[:40], as_of=at(d, 20))  # noqa: E731
+    Job(mode="replace").backfill(store, listing, DAYS[1], DAYS[1])
+
+
+def live(rows):
+    return sorted((r["key"], r["event_date"], r["value"], r["updated_at"]) for r in rows)
+
+
+def test_deltalake_and_polars_read_the_live_rows_of_the_reference_store(tmp_path):
+    deltalake = _reader("deltalake")
+    polars = _reader("polars")
+    _reader("pyarrow")
+    uri = str(tmp_path / "orders")
+    store, memory = backfill.DeltaStore(uri), backfill.MemoryStore()
+    write(store)
+    write(memory)
+    expected = live(
+        {"key": r.key, "event_date": r.event_date, "value": r.value, "updated_at": r.updated_at}
+        for r in memory.rows()
+    )
+    assert len(expected) == 50 + 40 + 50 - 1  # moved: one key less on day one, one more on day three
+
+    table = deltalake.DeltaTable(uri)
+    assert sorted(table.metadata().partition_columns) == ["event_date"]
+    frame = polars.read_delta(uri)
+    assert set(frame.columns) >= {"key", "event_date", "value", "updated_at", "deleted"}
+    rows = frame.filter(~polars.col("deleted")).to_dicts()
+    assert live(rows) == expected
+    # Through deltalake's own reader as well (its Arrow data, by way of Polars).
+    arrow = polars.from_arrow(table.to_pyarrow_table())
+    assert live(arrow.filter(~polars.col("deleted")).to_dicts()) == expected
+    # The package reads the same rows, and the day ledger says all three synced.
+    assert [r.key for r in store.rows()] == [r.key for r in memory.rows()]
+    status = Job().status(store, DAYS[0], DAYS[2])
+    assert [state for _, state in status.days] == ["synced"] * 3
+
+
+def test_a_rerun_commits_no_data_and_a_skipped_one_no_version(tmp_path):
+    store = backfill.DeltaStore(str(tmp_path / "orders"))
+    backfill.backfill(store, orders, DAYS[0], DAYS[2])
+    version = store.version()
+    Job(skip_unchanged=True).backfill(store, orders, DAYS[0], DAYS[2])
+    assert store.version() == version
+    assert store.location.endswith("orders/")
+
