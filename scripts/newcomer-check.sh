@@ -55,15 +55,15 @@ cp "$repo/Cargo.lock" "$dir/Cargo.lock"
 
 # `cargo run --example quickstart` builds the facade with its default
 # features and its dev-dependencies: SQLite and the engine, never the
-# Postgres, TLS or container stack (the README's first-build time rests on it).
+# Postgres, TLS, container or Delta Lake (delta-rs, Parquet) stack (the README's first-build time rests on it).
 heavy=$(cd "$repo" && cargo tree -p backfill -e normal,dev,build --prefix none --locked \
-    | grep -E '^(tokio-postgres|deadpool-postgres|rustls|testcontainers|bollard) ' | sort -u || true)
+    | grep -E '^(tokio-postgres|deadpool-postgres|rustls|testcontainers|bollard|deltalake|deltalake-core|parquet) ' | sort -u || true)
 if [[ -n "$heavy" ]]; then
     echo "the quickstart's build pulls in what it does not need:" >&2
     printf '    %s\n' "$heavy" >&2
     exit 1
 fi
-echo "quickstart: $(cd "$repo" && cargo tree -p backfill -e normal,dev,build --prefix none --locked | sort -u | wc -l) crates, no Postgres or TLS stack"
+echo "quickstart: $(cd "$repo" && cargo tree -p backfill -e normal,dev,build --prefix none --locked | sort -u | wc -l) crates, no Postgres, TLS or Delta stack"
 
 echo "README install lines:"
 printf '%s\n' "$deps" | sed 's/^/    /'

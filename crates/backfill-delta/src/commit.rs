@@ -153,6 +153,9 @@ pub(crate) async fn commit(
         store: &store,
         cache,
     };
+    // How many times in a row a commit failed with no newer version to be
+    // seen: past a few, the change is decided again from a fresh snapshot.
+    let mut unseen = 0;
     loop {
         let snapshot = table.snapshot().map_err(backend)?;
         // Expired log entries are cleaned up when a checkpoint is made, as
@@ -195,7 +198,14 @@ pub(crate) async fn commit(
         if to == from {
             // The commit failed without a newer version to be seen yet:
             // look again in a moment.
+            unseen += 1;
+            if unseen > 20 {
+                discard(&store, &actions).await;
+                return Ok(Outcome::Lost);
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
+        } else {
+            unseen = 0;
         }
     }
 }
