@@ -457,6 +457,30 @@ fn wait(child: Child, what: &str) {
     );
 }
 
+/// Starts every job in a process of its own, all writing from the same
+/// instant `delay_ms` from now, and waits for each to succeed (`what`
+/// names them in a failure, with their number).
+fn race(jobs: &[Spec], delay_ms: u64, what: &str) {
+    let start_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + delay_ms;
+    let children: Vec<_> = jobs
+        .iter()
+        .map(|job| {
+            Spec {
+                start_at: Some(start_at),
+                ..job.clone()
+            }
+            .spawn()
+        })
+        .collect();
+    for (n, child) in children.into_iter().enumerate() {
+        wait(child, &format!("{what} {}", n + 1));
+    }
+}
+
 fn seeds(count: u64) -> Vec<u64> {
     let mut seeds: Vec<u64> = (1..=count).collect();
     if let Some(seed) = std::env::var("BACKFILL_SEED")
@@ -764,24 +788,7 @@ async fn listings_and_merges_moving_their_keys_never_deadlock() {
         ];
         let store = place.open(2).await;
         initial.run(&*store).await.unwrap();
-        let start_at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64
-            + 1_500;
-        let children: Vec<_> = jobs
-            .iter()
-            .map(|job| {
-                Spec {
-                    start_at: Some(start_at),
-                    ..job.clone()
-                }
-                .spawn()
-            })
-            .collect();
-        for (n, child) in children.into_iter().enumerate() {
-            wait(child, &format!("{context}: job {}", n + 1));
-        }
+        race(&jobs, 1_500, &format!("{context}: job"));
         races += 1;
         // The oracle: the jobs one after another, in some order.
         let stored = store.rows_with_tombstones().await.unwrap();
@@ -853,24 +860,7 @@ async fn eight_writers_on_one_delta_table_converge() {
         let jobs: Vec<Spec> = (1..=8).map(|job| spec(job, (job % 4) as i64)).collect();
         let store = place.open(1).await;
         initial.run(&*store).await.unwrap();
-        let start_at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64
-            + 3_000;
-        let children: Vec<_> = jobs
-            .iter()
-            .map(|job| {
-                Spec {
-                    start_at: Some(start_at),
-                    ..job.clone()
-                }
-                .spawn()
-            })
-            .collect();
-        for (n, child) in children.into_iter().enumerate() {
-            wait(child, &format!("{context}: writer {}", n + 1));
-        }
+        race(&jobs, 3_000, &format!("{context}: writer"));
         let oracle = MemoryStore::new();
         initial.run(&oracle).await.unwrap();
         for job in &jobs {
@@ -989,24 +979,7 @@ async fn listings_and_moving_merges_on_one_delta_table_end_in_a_serial_order() {
         ];
         let store = place.open(1).await;
         initial.run(&*store).await.unwrap();
-        let start_at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64
-            + 2_000;
-        let children: Vec<_> = jobs
-            .iter()
-            .map(|job| {
-                Spec {
-                    start_at: Some(start_at),
-                    ..job.clone()
-                }
-                .spawn()
-            })
-            .collect();
-        for (n, child) in children.into_iter().enumerate() {
-            wait(child, &format!("{context}: job {}", n + 1));
-        }
+        race(&jobs, 2_000, &format!("{context}: job"));
         let stored = store.rows_with_tombstones().await.unwrap();
         let mut orders = Vec::new();
         permutations(&mut [0, 1, 2, 3], 0, &mut orders);
