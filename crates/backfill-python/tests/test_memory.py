@@ -1,6 +1,8 @@
 """A generator of millions of records holds bounded memory: each size runs
 in a child process of its own, whose peak RSS is measured
-(`resource.getrusage`): the larger run's peak is within 128 MiB, and no
+(its own `VmHWM`, read from /proc/self/status: `ru_maxrss` would carry
+the pytest process's peak across the fork and exec that start the child):
+the larger run's peak is within 128 MiB, and no
 higher than the smaller one's plus the stream's memory budget (32 MiB,
 which the smaller day never fills: past it, records go to sorted runs in
 temporary files).
@@ -19,7 +21,7 @@ BIG = int(os.environ.get("BACKFILL_PY_BIG", "1000000"))
 
 CHILD = textwrap.dedent(
     """
-    import datetime as dt, resource, sys
+    import datetime as dt, sys
     import backfill
 
     n, path = int(sys.argv[1]), sys.argv[2]
@@ -32,7 +34,8 @@ CHILD = textwrap.dedent(
     report = backfill.Job(stream_memory=32 << 20).sync_one_day(
         backfill.SqliteStore(path), fetch, dt.date(2026, 1, 1))
     assert report.counts.inserted == n, report.counts
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # KiB on Linux
+    with open("/proc/self/status") as status:  # this process's own peak, in KiB
+        print(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
     """
 )
 
