@@ -4,7 +4,9 @@
 # (maturin and pytest from PyPI), then runs pytest against the memory
 # store, SQLite and Postgres. Postgres is BACKFILL_PG_URL, or else a
 # throwaway container of the test image (scripts/postgres-image.sh), removed
-# on exit; with CI set, no Postgres is a failure, not a skip.
+# on exit; with CI set, no Postgres is a failure, not a skip. The Delta
+# tests on S3 use BACKFILL_S3_URL, or else a local S3 server
+# (scripts/s3-server.sh).
 #
 #   scripts/python-tests.sh [pytest arguments]
 set -euo pipefail
@@ -42,6 +44,8 @@ if [[ -z "${BACKFILL_PG_URL:-}" ]] && docker info > /dev/null 2>&1; then
         export BACKFILL_PG_URL="postgres://postgres:postgres@127.0.0.1:$port/postgres"
     fi
 fi
+
+source "$repo/scripts/s3-server.sh"
 
 # The command line, for the test that compares what both store.
 target="${CARGO_TARGET_DIR:-$repo/target}"

@@ -204,7 +204,7 @@ impl Data {
 // ---------------------------------------------------- where jobs write
 
 /// A store all processes can open: a SQLite file, a Postgres schema or a
-/// Delta table's directory.
+/// Delta table (a directory, or a prefix on S3).
 #[derive(Debug, Clone)]
 enum Place {
     Sqlite(std::path::PathBuf),
@@ -213,7 +213,7 @@ enum Place {
         schema: String,
     },
     #[cfg_attr(not(feature = "delta"), allow(dead_code))]
-    Delta(std::path::PathBuf),
+    Delta(String),
 }
 
 impl Place {
@@ -244,11 +244,9 @@ impl Place {
                 .unwrap(),
             ),
             #[cfg(feature = "delta")]
-            Place::Delta(path) => Box::new(
-                backfill::delta::DeltaStore::open(path.to_str().unwrap())
-                    .await
-                    .unwrap(),
-            ),
+            Place::Delta(location) => {
+                Box::new(backfill::delta::DeltaStore::open(location).await.unwrap())
+            }
             #[cfg(not(feature = "delta"))]
             Place::Delta(_) => unreachable!("the delta feature is off"),
         }
@@ -258,7 +256,7 @@ impl Place {
         match self {
             Place::Sqlite(path) => json!({"sqlite": path}),
             Place::Postgres { url, schema } => json!({"postgres": [url, schema]}),
-            Place::Delta(path) => json!({"delta": path}),
+            Place::Delta(location) => json!({"delta": location}),
         }
     }
 
@@ -286,9 +284,8 @@ async fn places(name: &str) -> Vec<(&'static str, Place, Option<tempfile::TempDi
         Some(dir),
     )];
     #[cfg(feature = "delta")]
-    {
-        let dir = tempfile::tempdir().unwrap();
-        out.push(("delta", Place::Delta(dir.path().join(name)), Some(dir)));
+    for (kind, location, dir) in delta_tables(name) {
+        out.push((kind, Place::Delta(location), dir));
     }
     if let Some(url) = testkit::url().await {
         out.push((
@@ -301,6 +298,43 @@ async fn places(name: &str) -> Vec<(&'static str, Place, Option<tempfile::TempDi
         ));
     }
     out
+}
+
+/// Where a Delta table named `name` goes: a local directory, and a prefix
+/// of its own on S3 (`BACKFILL_S3_URL`, with the AWS variables pointing at
+/// its server: `scripts/s3-server.sh` starts a local one) when there is
+/// one, a skip without it (a failure with `CI` set).
+#[cfg_attr(not(feature = "delta"), allow(dead_code))]
+fn delta_tables(name: &str) -> Vec<(&'static str, String, Option<tempfile::TempDir>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join(name).to_str().unwrap().to_owned();
+    let mut out = vec![("delta", local, Some(dir))];
+    match std::env::var("BACKFILL_S3_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    {
+        Some(bucket) => out.push((
+            "delta on s3",
+            format!(
+                "{}/{}/{name}",
+                bucket.trim_end_matches('/'),
+                testkit::unique_schema()
+            ),
+            None,
+        )),
+        None => testkit::skip(
+            "BACKFILL_S3_URL is not set (scripts/s3-server.sh starts a local S3 server)",
+        ),
+    }
+    out
+}
+
+/// `location` with its last part replaced by `name`: another table beside it.
+fn beside(location: &str, name: &str) -> String {
+    match location.rsplit_once('/') {
+        Some((parent, _)) => format!("{parent}/{name}"),
+        None => name.to_owned(),
+    }
 }
 
 // --------------------------------------------------------------- jobs
@@ -646,7 +680,9 @@ async fn overlapping_jobs_in_separate_processes_converge() {
                     url: url.clone(),
                     schema: testkit::unique_schema(),
                 },
-                Place::Delta(path) => Place::Delta(path.with_file_name(format!("overlap-{seed}"))),
+                Place::Delta(location) => {
+                    Place::Delta(beside(location, &format!("overlap-{seed}")))
+                }
             };
             let drawn = |job: u64, seeded: bool| Data::Drawn {
                 seed: seed * 1000 + job,
@@ -832,11 +868,17 @@ async fn listings_and_merges_moving_their_keys_never_deadlock() {
 #[cfg(feature = "delta")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_writers_on_one_delta_table_converge() {
+    for (kind, location, _dir) in delta_tables("writers") {
+        eight_writers_converge(kind, &location).await;
+    }
+}
+
+#[cfg(feature = "delta")]
+async fn eight_writers_converge(kind: &str, location: &str) {
     const KEYS: u32 = 800;
-    let dir = tempfile::tempdir().unwrap();
     for seed in seeds(3) {
-        let context = format!("seed {seed} (BACKFILL_SEED={seed})");
-        let place = Place::Delta(dir.path().join(format!("writers-{seed}")));
+        let context = format!("{kind}, seed {seed} (BACKFILL_SEED={seed})");
+        let place = Place::Delta(beside(location, &format!("writers-{seed}")));
         let spec = |job, d| Spec {
             place: place.clone(),
             data: Data::Moving {
@@ -883,7 +925,7 @@ async fn eight_writers_on_one_delta_table_converge() {
     // Eight writers of eight different days, each with keys of its own:
     // none reads what another writes, so a lost commit goes again on top
     // of the winners without deciding again.
-    let place = Place::Delta(dir.path().join("days"));
+    let place = Place::Delta(beside(location, "days"));
     let jobs: Vec<Spec> = (0..8)
         .map(|d| Spec {
             place: place.clone(),
@@ -933,10 +975,10 @@ async fn eight_writers_on_one_delta_table_converge() {
     assert_eq!(
         store.rows_with_tombstones().await.unwrap(),
         oracle.rows_with_tombstones().await.unwrap(),
-        "eight days at once"
+        "{kind}: eight days at once"
     );
-    assert_ledger_matches_rows(&*store, 8, "eight days at once").await;
-    println!("8 writers on one Delta table: the serial state for every seed");
+    assert_ledger_matches_rows(&*store, 8, &format!("{kind}: eight days at once")).await;
+    println!("8 writers on one Delta table ({kind}): the serial state for every seed");
 }
 
 /// Two listings and two merges of other days that move their keys, each in
@@ -946,11 +988,17 @@ async fn eight_writers_on_one_delta_table_converge() {
 #[cfg(feature = "delta")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listings_and_moving_merges_on_one_delta_table_end_in_a_serial_order() {
+    for (kind, location, _dir) in delta_tables("listings") {
+        listings_and_moving_merges_end_in_a_serial_order(kind, &location).await;
+    }
+}
+
+#[cfg(feature = "delta")]
+async fn listings_and_moving_merges_end_in_a_serial_order(kind: &str, location: &str) {
     const KEYS: u32 = 600;
-    let dir = tempfile::tempdir().unwrap();
     for seed in seeds(4) {
-        let context = format!("seed {seed} (BACKFILL_SEED={seed})");
-        let place = Place::Delta(dir.path().join(format!("listings-{seed}")));
+        let context = format!("{kind}, seed {seed} (BACKFILL_SEED={seed})");
+        let place = Place::Delta(beside(location, &format!("listings-{seed}")));
         let spec = |job, d, mode| Spec {
             place: place.clone(),
             data: Data::Moving {
@@ -1000,7 +1048,9 @@ async fn listings_and_moving_merges_on_one_delta_table_end_in_a_serial_order() {
             "{context}: the table matches no serial order of the jobs"
         );
     }
-    println!("listings and moving merges on one Delta table: a serial order for every seed");
+    println!(
+        "listings and moving merges on one Delta table ({kind}): a serial order for every seed"
+    );
 }
 
 /// Every order of `items[k..]` after `items[..k]`, appended to `out`.

@@ -117,8 +117,10 @@ pub(crate) struct StoreArgs {
     /// The store: `sqlite://PATH` (`sqlite:///abs/path.db` for an absolute
     /// path), `postgres://USER:PASSWORD@HOST/DB` (over TLS when the URL
     /// has an `sslmode` other than `disable`, never falling back to plain
-    /// text), or a Delta Lake table's directory, `delta://DIR` (with the
-    /// `delta` feature).
+    /// text), or a Delta Lake table (with the `delta` feature): a
+    /// directory, `delta://DIR`, or a prefix on S3 or S3-compatible
+    /// storage, `delta+s3://BUCKET/PATH` (credentials, region and
+    /// `AWS_ENDPOINT_URL` from the usual AWS environment variables).
     #[arg(
         long,
         env = "BACKFILL_STORE",

@@ -65,10 +65,18 @@ impl StoreUrl {
         }
         if let Some(location) = url.strip_prefix("delta+") {
             let scheme = location.split_once("://").map(|(scheme, _)| scheme);
+            let bucket = location
+                .split_once("://")
+                .map_or("", |(_, rest)| rest.split('/').next().unwrap_or_default());
             return match scheme {
                 Some("file") => Ok(StoreUrl::Delta(location.to_owned())),
+                Some("s3" | "s3a") if !bucket.is_empty() => {
+                    Ok(StoreUrl::Delta(location.to_owned()))
+                }
+                Some("s3" | "s3a") => Err(bad("no bucket after delta+s3://")),
                 _ => Err(bad(
-                    "a Delta table is delta://PATH or delta+file:///PATH (a local directory)",
+                    "a Delta table is delta://PATH or delta+file:///PATH (a local directory) \
+                     or delta+s3://BUCKET/PATH (S3 and S3-compatible storage)",
                 )),
             };
         }
@@ -393,6 +401,8 @@ mod tests {
             ("delta://lake/orders", "lake/orders"),
             ("delta:///srv/lake/orders", "/srv/lake/orders"),
             ("delta+file:///srv/lake/orders", "file:///srv/lake/orders"),
+            ("delta+s3://lake/orders", "s3://lake/orders"),
+            ("delta+s3a://lake/sales/orders", "s3a://lake/sales/orders"),
         ] {
             assert_eq!(
                 StoreUrl::parse(url).unwrap(),
@@ -409,7 +419,9 @@ mod tests {
             "delta://",
             "delta+http://h/orders",
             "delta+s3:bucket",
-            "delta+s3://bucket/orders",
+            "delta+s3://",
+            "delta+s3:///orders",
+            "delta+gs://bucket/orders",
         ] {
             assert!(StoreUrl::parse(bad).is_err(), "{bad}");
         }

@@ -24,6 +24,19 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Where it lives
+//!
+//! A local directory (a path or a `file:///…` URL), or a prefix on S3 or
+//! S3-compatible storage (`s3://bucket/path`, `s3a://…`). On S3 the
+//! credentials, region and endpoint come from the usual AWS environment
+//! variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
+//! `AWS_ENDPOINT_URL` for another S3 service, `AWS_ALLOW_HTTP` for a
+//! plain-HTTP one), or from [`DeltaStore::open_with`]'s storage options
+//! (the same names in lower case). A commit is put with `If-None-Match: *`,
+//! S3's conditional write: of two writers making the same version, S3 lets
+//! one through, so no lock table (DynamoDB) is needed; the store must
+//! honour conditional writes, as AWS S3, MinIO and Cloudflare R2 do.
+//!
 //! # The table
 //!
 //! Partitioned by `event_date` (`event_date=YYYY-MM-DD/`), with the columns
@@ -94,6 +107,7 @@
 mod commit;
 mod error;
 mod rows;
+mod s3;
 mod store;
 mod table;
 

@@ -47,8 +47,9 @@ impl fmt::Debug for DeltaStore {
 }
 
 impl DeltaStore {
-    /// Opens the table at `location` (a local directory or a `file://…`
-    /// URL), creating it if there is none.
+    /// Opens the table at `location` (a local directory, a `file://…` URL
+    /// or an `s3://bucket/path` prefix: see [where it lives](crate#where-it-lives)),
+    /// creating it if there is none.
     ///
     /// # Errors
     ///
@@ -59,7 +60,8 @@ impl DeltaStore {
     }
 
     /// [`DeltaStore::open`] with delta-rs's storage options (as its
-    /// `storage_options` names them).
+    /// `storage_options` names them: on S3, `aws_endpoint_url`,
+    /// `aws_region`, `aws_access_key_id`, …, over the environment's).
     ///
     /// # Errors
     ///
@@ -95,6 +97,7 @@ impl DeltaStore {
                 "no Delta table at {location} (nothing has been synced there)"
             )));
         }
+        crate::s3::register();
         let url = deltalake::ensure_table_uri(location).map_err(open)?;
         let shown = crate::shown_location(&url);
         let mut created = false;

@@ -1,5 +1,5 @@
 //! The shared conformance suite, every case, on a Delta table in a local
-//! directory.
+//! directory, and on one in S3-compatible object storage.
 
 use backfill_delta::DeltaStore;
 
@@ -13,3 +13,46 @@ backfill_core::conformance_tests!(with_guard: async {
 });
 
 backfill_core::column_conformance_tests!(unsupported: "DeltaStore keeps no typed columns yet");
+
+/// On `BACKFILL_S3_URL` (`s3://bucket`, with the AWS variables pointing at
+/// its server: `scripts/s3-server.sh` starts a local one), a table under a
+/// prefix of each test's own; spread over the buckets `bucket-0` … when
+/// `BACKFILL_S3_SPREAD` says there are that many (a local server lists a
+/// prefix by scanning its whole bucket).
+mod s3 {
+    use super::*;
+    use backfill_testkit as testkit;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The next of the spread buckets.
+    static SPREAD: AtomicUsize = AtomicUsize::new(0);
+
+    async fn store() -> Option<DeltaStore> {
+        let Some(bucket) = std::env::var("BACKFILL_S3_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            testkit::skip(
+                "BACKFILL_S3_URL is not set (scripts/s3-server.sh starts a local S3 server)",
+            );
+            return None;
+        };
+        let bucket = bucket.trim_end_matches('/');
+        let spread: usize = std::env::var("BACKFILL_S3_SPREAD")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let bucket = match spread {
+            0 => bucket.to_owned(),
+            n => format!("{bucket}-{}", SPREAD.fetch_add(1, Ordering::Relaxed) % n),
+        };
+        let location = format!("{bucket}/{}", testkit::unique_schema());
+        Some(
+            DeltaStore::open(&location)
+                .await
+                .expect("opening the table on S3"),
+        )
+    }
+
+    backfill_core::conformance_tests!(optional: store());
+}

@@ -182,9 +182,10 @@ pub(crate) struct PyDeltaStore {
 
 #[pymethods]
 impl PyDeltaStore {
-    /// `DeltaStore(uri, storage_options=None)`: `uri` a local directory or
-    /// a `file://` URL; `storage_options` as delta-rs (and Python's
-    /// `deltalake`) name them.
+    /// `DeltaStore(uri, storage_options=None)`: `uri` a local directory, a
+    /// `file://` URL or an `s3://bucket/path` prefix; `storage_options` as
+    /// delta-rs (and Python's `deltalake`) name them (`aws_endpoint_url`,
+    /// `aws_region`, …, over the AWS environment variables).
     #[new]
     #[pyo3(signature = (uri, storage_options=None))]
     fn new(
