@@ -309,22 +309,9 @@ fn delta_tables(name: &str) -> Vec<(&'static str, String, Option<tempfile::TempD
     let dir = tempfile::tempdir().unwrap();
     let local = dir.path().join(name).to_str().unwrap().to_owned();
     let mut out = vec![("delta", local, Some(dir))];
-    match std::env::var("BACKFILL_S3_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-    {
-        Some(bucket) => out.push((
-            "delta on s3",
-            format!(
-                "{}/{}/{name}",
-                bucket.trim_end_matches('/'),
-                testkit::unique_schema()
-            ),
-            None,
-        )),
-        None => testkit::skip(
-            "BACKFILL_S3_URL is not set (scripts/s3-server.sh starts a local S3 server)",
-        ),
+    if let Some(bucket) = testkit::s3_bucket() {
+        let location = format!("{bucket}/{}/{name}", testkit::unique_schema());
+        out.push(("delta on s3", location, None));
     }
     out
 }

@@ -64,16 +64,13 @@ impl StoreUrl {
             return Ok(StoreUrl::Delta(path.to_owned()));
         }
         if let Some(location) = url.strip_prefix("delta+") {
-            let scheme = location.split_once("://").map(|(scheme, _)| scheme);
-            let bucket = location
-                .split_once("://")
-                .map_or("", |(_, rest)| rest.split('/').next().unwrap_or_default());
+            let (scheme, rest) = location.split_once("://").unwrap_or_default();
             return match scheme {
-                Some("file") => Ok(StoreUrl::Delta(location.to_owned())),
-                Some("s3" | "s3a") if !bucket.is_empty() => {
+                "file" => Ok(StoreUrl::Delta(location.to_owned())),
+                "s3" | "s3a" if !rest.starts_with('/') && !rest.is_empty() => {
                     Ok(StoreUrl::Delta(location.to_owned()))
                 }
-                Some("s3" | "s3a") => Err(bad("no bucket after delta+s3://")),
+                "s3" | "s3a" => Err(bad("no bucket after delta+s3://")),
                 _ => Err(bad(
                     "a Delta table is delta://PATH or delta+file:///PATH (a local directory) \
                      or delta+s3://BUCKET/PATH (S3 and S3-compatible storage)",

@@ -28,22 +28,13 @@ mod s3 {
     static SPREAD: AtomicUsize = AtomicUsize::new(0);
 
     async fn store() -> Option<DeltaStore> {
-        let Some(bucket) = std::env::var("BACKFILL_S3_URL")
-            .ok()
-            .filter(|u| !u.is_empty())
-        else {
-            testkit::skip(
-                "BACKFILL_S3_URL is not set (scripts/s3-server.sh starts a local S3 server)",
-            );
-            return None;
-        };
-        let bucket = bucket.trim_end_matches('/');
+        let bucket = testkit::s3_bucket()?;
         let spread: usize = std::env::var("BACKFILL_S3_SPREAD")
             .ok()
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
         let bucket = match spread {
-            0 => bucket.to_owned(),
+            0 => bucket,
             n => format!("{bucket}-{}", SPREAD.fetch_add(1, Ordering::Relaxed) % n),
         };
         let location = format!("{bucket}/{}", testkit::unique_schema());

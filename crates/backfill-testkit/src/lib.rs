@@ -70,6 +70,20 @@ pub fn skip(why: &str) {
     let _ = writeln!(std::io::stderr().lock(), "SKIPPING: {why}");
 }
 
+/// The S3 bucket of the Delta tests on object storage, `s3://BUCKET`
+/// (`BACKFILL_S3_URL`, with the AWS variables pointing at its server:
+/// `scripts/s3-server.sh` starts a local one), without a trailing slash; or
+/// `None` (after [`skip`]) when it is not set and `CI` is not.
+pub fn s3_bucket() -> Option<String> {
+    match std::env::var("BACKFILL_S3_URL") {
+        Ok(url) if !url.is_empty() => Some(url.trim_end_matches('/').to_owned()),
+        _ => {
+            skip("BACKFILL_S3_URL is not set (scripts/s3-server.sh starts a local S3 server)");
+            None
+        }
+    }
+}
+
 /// The connection string of the test server (a superuser), or `None`
 /// (after printing why) when there is none and `CI` is not set.
 pub async fn url() -> Option<String> {
