@@ -32,7 +32,7 @@ pub(crate) struct Settings {
 /// The scenarios by group: a group runs as a whole, because its
 /// scenarios build on each other's tables and figures (`--only rerun` runs
 /// the backfill it re-runs, and the rest of its group).
-pub(crate) const GROUPS: [(&str, &[&str]); 7] = [
+pub(crate) const GROUPS: [(&str, &[&str]); 8] = [
     (
         "backfill",
         &[
@@ -64,6 +64,17 @@ pub(crate) const GROUPS: [(&str, &[&str]); 7] = [
         ],
     ),
     ("columns", &["columns", "columns_rerun"]),
+    (
+        "delta",
+        &[
+            "delta_serial",
+            "delta_days",
+            "delta_rerun",
+            "delta_rerun_skip",
+            "delta_lookback",
+            "delta_stream",
+        ],
+    ),
 ];
 
 /// The group `name` (a group's or a scenario's name) belongs to.
@@ -121,16 +132,16 @@ impl Settings {
 }
 
 pub(crate) fn usage() -> &'static str {
-    "usage: backfill-bench [--stores memory,sqlite,postgres] [--days N] [--per-day N] \
+    "usage: backfill-bench [--stores memory,sqlite,postgres,delta] [--days N] [--per-day N] \
      [--concurrency N] [--repeat N] [--big-day N] [--large] [--quick] [--json] \
      [--only SCENARIO,…]\n\
-     --only runs each named scenario's group: backfill, scale, parallel, big, cli_ingest, random, columns"
+     --only runs each named scenario's group: backfill, scale, parallel, big, cli_ingest, random, columns, delta (the delta store's only group)"
 }
 
 /// The stores to measure, the run's settings, and whether to print JSON.
 pub(crate) fn parse_args() -> Result<(Vec<Kind>, Settings, bool), lexopt::Error> {
     use lexopt::prelude::*;
-    let mut stores = vec![Kind::Memory, Kind::Sqlite, Kind::Postgres];
+    let mut stores = vec![Kind::Memory, Kind::Sqlite, Kind::Postgres, Kind::Delta];
     let mut settings = Settings::full();
     let (mut days, mut per_day, mut concurrency, mut repeat) = (None, None, None, None);
     let mut json = false;

@@ -17,6 +17,7 @@ fn goal(kind: Kind) -> (Option<f64>, &'static str) {
     match kind {
         Kind::Sqlite => (Some(0.8), ">= 0.8x raw bulk insert"),
         Kind::Postgres => (Some(0.8), ">= 0.8x binary COPY"),
+        Kind::Delta => (Some(0.8), ">= 0.8x delta-rs appends"),
         Kind::Memory => (None, "(reference, no target)"),
     }
 }

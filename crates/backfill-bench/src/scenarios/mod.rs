@@ -9,6 +9,7 @@ mod child;
 mod cli;
 mod columns;
 mod days;
+mod delta;
 mod measure;
 mod parallel;
 mod random;
@@ -40,6 +41,13 @@ pub(crate) async fn run_store(
 
 async fn run_groups(run: &mut Run<'_>, out: &mut Vec<Measurement>) -> Result<(), String> {
     let (s, kind) = (run.s, run.kind);
+    // The Delta store is measured on realistic keys, against delta-rs.
+    if kind == Kind::Delta {
+        if s.runs("delta") {
+            delta_group(run, out).await?;
+        }
+        return Ok(());
+    }
     if s.runs("backfill") {
         backfill_group(run, out).await?;
     }
@@ -144,5 +152,27 @@ async fn random_group(run: &mut Run<'_>, out: &mut Vec<Measurement>) -> Result<(
         run.log("random_large");
         out.extend(random::random_large(run).await?);
     }
+    Ok(())
+}
+
+/// The Delta store: the random-key dataset into a fresh table, serial and
+/// concurrent; its re-runs and a lookback day into the table holding it;
+/// a big streamed day.
+async fn delta_group(run: &mut Run<'_>, out: &mut Vec<Measurement>) -> Result<(), String> {
+    let rows = random::random_rows(run.s);
+    run.log("delta_serial");
+    let (line, floor) = delta::delta_serial(run, &rows).await?;
+    out.push(line);
+    drop(rows);
+    run.log("delta_days");
+    let (line, target) = delta::delta_days(run, floor).await?;
+    out.push(line);
+    run.log("delta_rerun");
+    out.extend(delta::delta_reruns(run, &target, floor).await?);
+    run.log("delta_lookback");
+    out.push(delta::delta_lookback(run, &target).await?);
+    drop(target);
+    run.log("delta_stream");
+    out.push(delta::delta_stream(run).await?);
     Ok(())
 }

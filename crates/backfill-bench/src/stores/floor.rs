@@ -1,8 +1,11 @@
 //! The floors, written the plainest way each engine offers: a raw bulk
-//! insert (SQLite) or binary `COPY` (Postgres) into an empty table, and
-//! the hand-rolled per-day upsert a user would write without this project.
+//! insert (SQLite), binary `COPY` (Postgres) or delta-rs appends (Delta)
+//! into an empty table, and the hand-rolled per-day upsert a user would
+//! write without this project; and the Delta log, read as any reader of
+//! the table would.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use backfill_core::Record;
 use backfill_postgres::PostgresStore;
@@ -147,4 +150,155 @@ async fn copy_rows(
     }
     writer.finish().await?;
     Ok(())
+}
+
+/// delta-rs appending `rows` to the (empty) Delta table at `path`, one
+/// commit per day (each run of one `event_date`), through its own
+/// `RecordBatchWriter`, which partitions the batch by `event_date`: the
+/// plainest write delta-rs offers without DataFusion, no conflict handling.
+pub(super) async fn delta_append(path: &Path, rows: &[Record]) -> Result<(), String> {
+    use deltalake::writer::{DeltaWriter, RecordBatchWriter};
+    let url = deltalake::ensure_table_uri(path.display().to_string()).map_err(|e| e.to_string())?;
+    let mut table = deltalake::open_table(url)
+        .await
+        .map_err(|e| e.to_string())?;
+    for day in rows.chunk_by(|a, b| a.event_date() == b.event_date()) {
+        let mut writer = RecordBatchWriter::for_table(&table).map_err(|e| e.to_string())?;
+        writer
+            .write(delta_batch(day)?)
+            .await
+            .map_err(|e| e.to_string())?;
+        writer
+            .flush_and_commit(&mut table)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// `rows` as an Arrow batch of the table's five columns.
+fn delta_batch(rows: &[Record]) -> Result<deltalake::arrow::array::RecordBatch, String> {
+    use deltalake::arrow::array::{
+        ArrayRef, BooleanArray, Date32Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+    };
+    use deltalake::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).expect("the epoch");
+    let utc = Some("UTC".into());
+    let schema = Schema::new(vec![
+        Field::new("key", DataType::Utf8, false),
+        Field::new("event_date", DataType::Date32, false),
+        Field::new("value", DataType::Utf8, false),
+        Field::new(
+            "updated_at",
+            DataType::Timestamp(TimeUnit::Microsecond, utc.clone()),
+            false,
+        ),
+        Field::new("deleted", DataType::Boolean, false),
+    ]);
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(rows.iter().map(Record::key))),
+        Arc::new(Date32Array::from_iter_values(
+            rows.iter()
+                .map(|r| (r.event_date() - epoch).num_days() as i32),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(Record::value),
+        )),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter_values(
+                rows.iter().map(|r| r.updated_at().timestamp_micros()),
+            )
+            .with_timezone_opt(utc),
+        ),
+        Arc::new(BooleanArray::from_iter(
+            rows.iter().map(|r| Some(r.is_deleted())),
+        )),
+    ];
+    RecordBatch::try_new(Arc::new(schema), columns).map_err(|e| e.to_string())
+}
+
+/// A local Delta table's log, read from its `_delta_log` JSON commits as
+/// any reader would: its versions, and the files each commit added and
+/// removed.
+#[derive(Debug)]
+pub(crate) struct DeltaLog {
+    dir: PathBuf,
+}
+
+/// What one commit did to the table's files.
+#[derive(Debug, Default)]
+pub(crate) struct DeltaCommit {
+    /// Each added file's path and rows (from its statistics), and whether
+    /// it holds the day's ledger row only.
+    pub(crate) added: Vec<(String, u64, bool)>,
+    /// Each removed file's path.
+    pub(crate) removed: Vec<String>,
+}
+
+impl DeltaLog {
+    pub(crate) fn new(table: &Path) -> Self {
+        Self {
+            dir: table.join("_delta_log"),
+        }
+    }
+
+    /// The table's latest version.
+    pub(crate) fn version(&self) -> Result<u64, String> {
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| e.to_string())?;
+        entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                name.strip_suffix(".json")?.parse::<u64>().ok()
+            })
+            .max()
+            .ok_or_else(|| format!("no commit in {}", self.dir.display()))
+    }
+
+    /// What commit `version` added and removed.
+    pub(crate) fn commit(&self, version: u64) -> Result<DeltaCommit, String> {
+        let path = self.dir.join(format!("{version:020}.json"));
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut commit = DeltaCommit::default();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let action: serde_json::Value =
+                serde_json::from_str(line).map_err(|e| e.to_string())?;
+            if let Some(add) = action.get("add") {
+                let stats: serde_json::Value = add["stats"]
+                    .as_str()
+                    .map(serde_json::from_str)
+                    .transpose()
+                    .map_err(|e| e.to_string())?
+                    .unwrap_or_default();
+                let rows = stats["numRecords"].as_u64().unwrap_or_default();
+                let ledger = stats["minValues"]["key"]
+                    .as_str()
+                    .is_some_and(|k| k.starts_with("\0backfill.ledger:"));
+                let path = add["path"].as_str().unwrap_or_default().to_owned();
+                commit.added.push((path, rows, ledger));
+            } else if let Some(remove) = action.get("remove") {
+                commit
+                    .removed
+                    .push(remove["path"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+        Ok(commit)
+    }
+
+    /// Rows of every data file any commit added, the ledger's files left
+    /// out.
+    pub(crate) fn record_rows_added(&self) -> Result<u64, String> {
+        let mut rows = 0;
+        for version in 0..=self.version()? {
+            rows += self
+                .commit(version)?
+                .added
+                .iter()
+                .filter(|(_, _, ledger)| !ledger)
+                .map(|(_, n, _)| n)
+                .sum::<u64>();
+        }
+        Ok(rows)
+    }
 }

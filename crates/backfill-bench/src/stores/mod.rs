@@ -1,6 +1,6 @@
-//! The stores under measurement, their floors (raw bulk insert, COPY, a
-//! hand-rolled upsert; see `floor.rs`) and the store-side counters (rows
-//! written, WAL).
+//! The stores under measurement, their floors (raw bulk insert, COPY,
+//! delta-rs appends, a hand-rolled upsert; see `floor.rs`) and the
+//! store-side counters (rows written, WAL, table versions).
 
 mod floor;
 
@@ -10,17 +10,20 @@ use std::str::FromStr;
 
 use backfill_core::columns::Column;
 use backfill_core::{MemoryStore, Record, Store};
+use backfill_delta::DeltaStore;
 use backfill_postgres::PostgresStore;
 use backfill_sqlite::SqliteStore;
 use backfill_testkit as pg_support;
 
-use floor::{pg_copy, pg_staged_upsert, sqlite_bulk_insert, sqlite_upsert};
+pub(crate) use floor::DeltaLog;
+use floor::{delta_append, pg_copy, pg_staged_upsert, sqlite_bulk_insert, sqlite_upsert};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     Memory,
     Sqlite,
     Postgres,
+    Delta,
 }
 
 impl Kind {
@@ -29,6 +32,7 @@ impl Kind {
             Kind::Memory => "memory",
             Kind::Sqlite => "sqlite",
             Kind::Postgres => "postgres",
+            Kind::Delta => "delta",
         }
     }
 
@@ -38,6 +42,7 @@ impl Kind {
             Kind::Memory => "btreemap_insert",
             Kind::Sqlite => "raw_bulk_insert",
             Kind::Postgres => "binary_copy",
+            Kind::Delta => "delta_append",
         }
     }
 }
@@ -55,8 +60,9 @@ impl FromStr for Kind {
             "memory" => Ok(Kind::Memory),
             "sqlite" => Ok(Kind::Sqlite),
             "postgres" => Ok(Kind::Postgres),
+            "delta" => Ok(Kind::Delta),
             other => Err(format!(
-                "unknown store {other:?} (memory, sqlite, postgres)"
+                "unknown store {other:?} (memory, sqlite, postgres, delta)"
             )),
         }
     }
@@ -126,6 +132,16 @@ impl Env {
                     .map_err(|e| e.to_string())?;
                 Target::Postgres(store)
             }
+            Kind::Delta => {
+                if !columns.is_empty() {
+                    return Err("the Delta store declares no typed columns".into());
+                }
+                let path = self.dir.path().join(format!("bench-{n}"));
+                let store = DeltaStore::open(&path.display().to_string())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Target::Delta { store, path }
+            }
         })
     }
 }
@@ -184,12 +200,13 @@ impl Env {
         }
     }
 
-    /// Where a child process finds `target`: `sqlite <path>` or
-    /// `postgres <schema> <url>` (`None` for the memory store).
+    /// Where a child process finds `target`: `sqlite <path>`, `delta
+    /// <path>` or `postgres <schema> <url>` (`None` for the memory store).
     pub(crate) fn locate(&self, target: &Target) -> Option<Vec<String>> {
         match target {
             Target::Memory(_) => None,
             Target::Sqlite { path, .. } => Some(vec!["sqlite".into(), path.display().to_string()]),
+            Target::Delta { path, .. } => Some(vec!["delta".into(), path.display().to_string()]),
             Target::Postgres(store) => Some(vec![
                 "postgres".into(),
                 store.schema().to_owned(),
@@ -204,6 +221,9 @@ pub(crate) async fn open_located(args: &[String]) -> Result<Box<dyn Store>, Stri
     match args {
         [kind, path] if kind == "sqlite" => Ok(Box::new(
             SqliteStore::open(path).await.map_err(|e| e.to_string())?,
+        )),
+        [kind, path] if kind == "delta" => Ok(Box::new(
+            DeltaStore::open(path).await.map_err(|e| e.to_string())?,
         )),
         [kind, schema, url] if kind == "postgres" => Ok(Box::new(
             PostgresStore::builder()
@@ -221,6 +241,7 @@ pub(crate) enum Target {
     Memory(MemoryStore),
     Sqlite { store: SqliteStore, path: PathBuf },
     Postgres(PostgresStore),
+    Delta { store: DeltaStore, path: PathBuf },
 }
 
 impl Target {
@@ -229,6 +250,16 @@ impl Target {
             Target::Memory(s) => s,
             Target::Sqlite { store, .. } => store,
             Target::Postgres(s) => s,
+            Target::Delta { store, .. } => store,
+        }
+    }
+
+    /// The Delta table's log, for its versions and the files each commit
+    /// added and removed (`None` for the other stores).
+    pub(crate) fn delta_log(&self) -> Option<DeltaLog> {
+        match self {
+            Target::Delta { path, .. } => Some(DeltaLog::new(path)),
+            _ => None,
         }
     }
 
@@ -257,7 +288,9 @@ impl Target {
     }
 
     /// The floor: writes `rows` into this (empty) table the fastest plain
-    /// way its engine offers — no conflict handling, no counting.
+    /// way its engine offers — no conflict handling, no counting. On Delta,
+    /// delta-rs appending each day of `rows` (runs of one `event_date`) in
+    /// a commit of its own.
     pub(crate) async fn bulk_load(&self, rows: &[Record]) -> Result<(), String> {
         match self {
             Target::Memory(_) => {
@@ -277,6 +310,7 @@ impl Target {
                     .map_err(|e| e.to_string())
             }
             Target::Postgres(store) => pg_copy(store, rows).await.map_err(|e| e.to_string()),
+            Target::Delta { path, .. } => delta_append(path, rows).await,
         }
     }
 
@@ -289,6 +323,11 @@ impl Target {
     pub(crate) async fn upsert_by_hand(&self, days: &[&[Record]]) -> Result<u64, String> {
         match self {
             Target::Memory(_) => Err("the memory store has no hand-rolled upsert".into()),
+            Target::Delta { .. } => Err(
+                "the Delta store's hand-rolled merge is measured from Python \
+                 (crates/backfill-python/bench/python_vs_delta.py)"
+                    .into(),
+            ),
             Target::Sqlite { store, path } => {
                 let (path, table) = (path.clone(), store.table().to_owned());
                 let days: Vec<Vec<Record>> = days.iter().map(|d| d.to_vec()).collect();
@@ -304,10 +343,13 @@ impl Target {
     }
 
     /// Rows inserted, updated or deleted in this table so far, as the
-    /// engine counts them (`None` for the memory store).
+    /// engine counts them (`None` for the memory store). On Delta, the rows
+    /// of every data file the log ever added, the ledger's own files left
+    /// out: a rewritten day counts each of its rows again.
     pub(crate) async fn rows_written(&self) -> Result<Option<u64>, String> {
         match self {
             Target::Memory(_) => Ok(None),
+            Target::Delta { path, .. } => DeltaLog::new(path).record_rows_added().map(Some),
             Target::Sqlite { store, .. } => store
                 .total_changes()
                 .await
