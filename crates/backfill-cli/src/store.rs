@@ -227,15 +227,21 @@ async fn open_delta(
     scrub: &impl Fn(&backfill_core::Error, String) -> Failure,
 ) -> Result<Box<dyn Store>, Failure> {
     use backfill_delta::DeltaStore;
-    if let Some(option) = not_for_delta(args, columns) {
+    if let Some(option) = not_for_delta(args) {
         return Err(Failure::Config(format!(
             "{option} is not for a Delta table: its URL names the table"
         )));
     }
-    let options = Default::default();
     let store = match access {
-        Access::Write { .. } => DeltaStore::open_with(location, options).await,
-        Access::Read => DeltaStore::open_existing(location, options).await,
+        Access::Write { .. } => {
+            DeltaStore::builder(location)
+                .columns(columns.iter().cloned())
+                .allow_column_changes(args.allow_column_changes)
+                .open()
+                .await
+        }
+        // Reading takes the table as it is, its typed columns included.
+        Access::Read => DeltaStore::open_existing(location, Default::default()).await,
     };
     Ok(Box::new(store.map_err(|e| scrub(&e, e.to_string()))?))
 }
@@ -258,7 +264,7 @@ async fn open_delta(
 
 /// The first option given that a Delta table does not take.
 #[cfg_attr(not(feature = "delta"), allow(dead_code))]
-fn not_for_delta(args: &StoreArgs, columns: &[Column]) -> Option<&'static str> {
+fn not_for_delta(args: &StoreArgs) -> Option<&'static str> {
     if args.tls_root_cert.is_some() {
         return Some("--tls-root-cert");
     }
@@ -267,9 +273,6 @@ fn not_for_delta(args: &StoreArgs, columns: &[Column]) -> Option<&'static str> {
     }
     if args.table != backfill_sqlite::DEFAULT_TABLE {
         return Some("--table");
-    }
-    if !columns.is_empty() {
-        return Some("--column (typed columns are not kept on Delta tables yet)");
     }
     None
 }

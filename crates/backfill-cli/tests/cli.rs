@@ -1984,3 +1984,63 @@ fn a_bad_configuration_file_is_exit_1_naming_file_line_and_key() {
         show(&output)
     );
 }
+
+/// `--store delta://DIR` with `--column`: the table keeps the typed
+/// columns (their names and types in the table the Delta store reopens), a
+/// record that does not fit fails its day, and writing with another
+/// declaration is refused, naming the column.
+#[cfg(feature = "delta")]
+#[tokio::test]
+async fn delta_tables_keep_typed_columns_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    for d in 1..=3 {
+        let day = jan(d);
+        let total = if d == 2 {
+            r#""12 EUR""#.to_owned()
+        } else {
+            format!("{}", d * 100)
+        };
+        let line = format!(
+            "{{\"key\": \"o:{day}\", \"event_date\": \"{day}\", \"updated_at\": \"{day}T09:00:00Z\", \
+             \"value\": {{\"status\": \"placed\", \"total_cents\": {total}}}}}\n"
+        );
+        std::fs::write(dir.path().join(format!("{day}.jsonl")), line).unwrap();
+    }
+    let columns = ["--column", "status:text", "--column", "total_cents:integer"];
+    let output = run(range(&mut backfill(dir.path()), 1, 3)
+        .args(["--store", "delta://orders", "--fetch-files", "{day}.jsonl"])
+        .args(columns));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let out = text(&output.stdout);
+    assert!(
+        out.contains("column total_cents (path total_cents): the field is not an integer"),
+        "{out}"
+    );
+    let location = dir.path().join("orders").display().to_string();
+    let store = backfill_delta::DeltaStore::open_existing(&location, Default::default())
+        .await
+        .unwrap();
+    let kept: Vec<_> = store
+        .columns()
+        .iter()
+        .map(|c| (c.name().to_owned(), c.column_type().name()))
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            ("status".to_owned(), "text"),
+            ("total_cents".to_owned(), "integer")
+        ]
+    );
+    assert_eq!(store.day_rows(jan(1)).await.unwrap().len(), 1);
+    assert!(store.day_rows(jan(2)).await.unwrap().is_empty());
+    // Writing without the declaration is refused, naming a column.
+    let bare = run(range(&mut backfill(dir.path()), 1, 1).args([
+        "--store",
+        "delta://orders",
+        "--fetch-files",
+        "{day}.jsonl",
+    ]));
+    assert_ne!(code(&bare), 0, "{}", show(&bare));
+    assert!(text(&bare.stderr).contains("status"), "{}", show(&bare));
+}

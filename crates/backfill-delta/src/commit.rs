@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use backfill_core::columns::Columns;
 use backfill_core::{LedgerEntry, Record};
 use chrono::NaiveDate;
 use delta_kernel::expressions::Scalar;
@@ -64,6 +65,21 @@ pub(crate) async fn write_days(
     table: &DeltaTable,
     old: &BTreeMap<NaiveDate, DayRows>,
     new: &BTreeMap<NaiveDate, NewDay>,
+    typed: &Columns,
+) -> Result<Option<Vec<Action>>> {
+    let writer = RecordBatchWriter::for_table(table).map_err(backend)?;
+    write_days_with(writer, old, new, typed, false).await
+}
+
+/// [`write_days`] through `writer`; with `every_file`, each old file is
+/// removed and each new day written whole, changed or not (a change of the
+/// table's columns).
+pub(crate) async fn write_days_with(
+    mut writer: RecordBatchWriter,
+    old: &BTreeMap<NaiveDate, DayRows>,
+    new: &BTreeMap<NaiveDate, NewDay>,
+    typed: &Columns,
+    every_file: bool,
 ) -> Result<Option<Vec<Action>>> {
     let empty = DayRows::default();
     let mut removes = Vec::new();
@@ -78,6 +94,10 @@ pub(crate) async fn write_days(
                 .zip(&new.records)
                 .any(|(old, new)| old != new);
         let mut ledger_changed = old.ledger.as_ref() != new.ledger.as_ref();
+        if every_file {
+            records_changed = true;
+            ledger_changed = true;
+        }
         // A file holding both (compacted by another engine) goes when
         // either does, and both are written again.
         if old
@@ -107,10 +127,9 @@ pub(crate) async fn write_days(
     if removes.is_empty() && records_of.is_empty() && ledgers.is_empty() {
         return Ok(None);
     }
-    let mut writer = RecordBatchWriter::for_table(table).map_err(backend)?;
     let mut adds: Vec<Add> = Vec::new();
     for (day, records) in records_of {
-        let batch = records_batch(records.iter(), None)?;
+        let batch = records_batch(records.iter(), None, typed)?;
         writer
             .write_partition(batch, &partition(day), WriteMode::Default)
             .await
@@ -118,7 +137,7 @@ pub(crate) async fn write_days(
     }
     adds.extend(writer.flush().await.map_err(backend)?);
     for (day, entry) in ledgers {
-        let batch = records_batch(std::iter::empty(), Some(entry))?;
+        let batch = records_batch(std::iter::empty(), Some(entry), typed)?;
         writer
             .write_partition(batch, &partition(day), WriteMode::Default)
             .await

@@ -59,6 +59,26 @@
 //! FROM orders WHERE NOT deleted;
 //! ```
 //!
+//! # Typed columns
+//!
+//! Typed columns ([`Column`](backfill_core::columns::Column), declared
+//! with [`DeltaStoreBuilder::columns`] or the command line's `--column`)
+//! are real columns of the table, nullable, after the ones above, in
+//! Delta's own types: `integer` a `long`, `double` a `double`, `boolean`
+//! a `boolean`, `date` a `date`, `timestamptz` a `timestamp` (µs, UTC);
+//! `text` and `json` a `string`, and `numeric` a `string` holding the
+//! number exactly as it came (a Delta `decimal` has a fixed scale and at
+//! most 38 digits, which an API's numbers do not promise). A record whose
+//! field does not fit its column fails its day, naming the column, and
+//! nothing of that day is written. The declaration is kept in the table
+//! property `backfill.columns`, so opening the table with another one is
+//! refused, naming the column that differs, unless
+//! [`allow_column_changes`](DeltaStoreBuilder::allow_column_changes): then
+//! the table's schema changes and every file is rewritten in the new
+//! shape, in one commit, after every stored row is checked against the new
+//! declaration. `indexed` has no meaning on a Delta table (its files carry
+//! per-column statistics every reader uses instead) and is ignored.
+//!
 //! # The ledger commits with the data
 //!
 //! Delta commits one table at a time, so the day ledger is kept **in the
@@ -111,7 +131,7 @@ mod s3;
 mod store;
 mod table;
 
-pub use store::DeltaStore;
+pub use store::{DeltaStore, DeltaStoreBuilder};
 
 /// The table's location as shown in errors and `Debug`: its URL without a
 /// password or query.

@@ -3,10 +3,13 @@
 
 use std::sync::Arc;
 
+use backfill_core::columns::{Column, ColumnType, ColumnValue, Columns};
 use backfill_core::{Counts, DayFailure, Digest, LedgerEntry, Mode, Record, RunId, SyncedDay};
 use chrono::{DateTime, NaiveDate, Utc};
 use deltalake::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray, TimestampMicrosecondArray,
+    Array, ArrayRef, AsArray, BooleanArray, BooleanBuilder, Date32Builder, Float64Builder,
+    Int64Builder, RecordBatch, StringArray, StringBuilder, TimestampMicrosecondArray,
+    TimestampMicrosecondBuilder,
 };
 use deltalake::arrow::compute::cast;
 use deltalake::arrow::datatypes::{DataType as ArrowType, Field, Schema, SchemaRef, TimeUnit};
@@ -32,21 +35,85 @@ pub(crate) const DELETED: &str = "deleted";
 /// whether a file holds one).
 pub(crate) const LEDGER_PREFIX: &str = "\0backfill.ledger:";
 
-/// The table's columns, as Delta declares them.
-pub(crate) fn delta_columns() -> Vec<StructField> {
-    vec![
+/// The table's own columns, which every table of this store has.
+pub(crate) const OWN_COLUMNS: [&str; 5] = [KEY, EVENT_DATE, VALUE, UPDATED_AT, DELETED];
+
+/// The table property recording each typed column's declared type, as
+/// JSON (`[["status", "text"], …]`, in the table's order): `text`,
+/// `numeric` and `json` are all Delta strings.
+pub(crate) const COLUMNS_PROPERTY: &str = "backfill.columns";
+
+/// The table's columns, as Delta declares them: its own, then the typed
+/// columns (each nullable: a tombstone's are NULL).
+pub(crate) fn delta_columns(typed: &Columns) -> Vec<StructField> {
+    let mut fields = vec![
         StructField::new(KEY, DataType::STRING, false),
         StructField::new(EVENT_DATE, DataType::DATE, false),
         StructField::new(VALUE, DataType::STRING, false),
         StructField::new(UPDATED_AT, DataType::TIMESTAMP, false),
         StructField::new(DELETED, DataType::BOOLEAN, false),
-    ]
+    ];
+    fields.extend(
+        typed
+            .iter()
+            .map(|c| StructField::new(c.name(), delta_type(c.column_type()), true)),
+    );
+    fields
+}
+
+/// The Delta type a typed column is kept as.
+pub(crate) fn delta_type(ty: ColumnType) -> DataType {
+    match ty {
+        // A number exactly as the JSON writes it: Delta's decimal holds
+        // 38 digits at one fixed scale, which would change the number.
+        ColumnType::Integer => DataType::LONG,
+        ColumnType::Double => DataType::DOUBLE,
+        ColumnType::Boolean => DataType::BOOLEAN,
+        ColumnType::Date => DataType::DATE,
+        ColumnType::Timestamp => DataType::TIMESTAMP,
+        // Text, numeric, JSON (and a type of a later release) are strings.
+        _ => DataType::STRING,
+    }
+}
+
+/// The typed columns' declared types as [`COLUMNS_PROPERTY`] records them.
+pub(crate) fn columns_property(typed: &Columns) -> String {
+    let pairs: Vec<[String; 2]> = typed
+        .iter()
+        .map(|c| [c.name().to_owned(), c.column_type().to_string()])
+        .collect();
+    serde_json::to_string(&pairs).expect("strings serialize")
+}
+
+/// The typed columns [`COLUMNS_PROPERTY`] records, in order.
+pub(crate) fn recorded_columns(property: Option<&str>) -> Result<Vec<(String, ColumnType)>> {
+    let Some(text) = property else {
+        return Ok(Vec::new());
+    };
+    let pairs: Vec<[String; 2]> = serde_json::from_str(text)
+        .map_err(|e| corrupt(format!("the table property {COLUMNS_PROPERTY}: {e}")))?;
+    pairs
+        .into_iter()
+        .map(|[name, ty]| Ok((name, ty.parse::<ColumnType>()?)))
+        .collect()
+}
+
+/// The Arrow type of a typed column's values in a data file.
+fn arrow_type(ty: ColumnType) -> ArrowType {
+    match ty {
+        ColumnType::Integer => ArrowType::Int64,
+        ColumnType::Double => ArrowType::Float64,
+        ColumnType::Boolean => ArrowType::Boolean,
+        ColumnType::Date => ArrowType::Date32,
+        ColumnType::Timestamp => ArrowType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+        _ => ArrowType::Utf8,
+    }
 }
 
 /// The columns of a data file: the table's, less the partition column
 /// (its value is in the file's path and log entry).
-pub(crate) fn file_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
+pub(crate) fn file_schema(typed: &Columns) -> SchemaRef {
+    let mut fields = vec![
         Field::new(KEY, ArrowType::Utf8, false),
         Field::new(VALUE, ArrowType::Utf8, false),
         Field::new(
@@ -55,7 +122,104 @@ pub(crate) fn file_schema() -> SchemaRef {
             false,
         ),
         Field::new(DELETED, ArrowType::Boolean, false),
-    ]))
+    ];
+    fields.extend(
+        typed
+            .iter()
+            .map(|c| Field::new(c.name(), arrow_type(c.column_type()), true)),
+    );
+    Arc::new(Schema::new(fields))
+}
+
+/// One typed column's values, as they are built.
+enum Values {
+    Text(StringBuilder),
+    Integer(Int64Builder),
+    Double(Float64Builder),
+    Boolean(BooleanBuilder),
+    Date(Date32Builder),
+    Timestamp(TimestampMicrosecondBuilder),
+}
+
+impl Values {
+    fn new(ty: ColumnType) -> Self {
+        match ty {
+            ColumnType::Integer => Values::Integer(Int64Builder::new()),
+            ColumnType::Double => Values::Double(Float64Builder::new()),
+            ColumnType::Boolean => Values::Boolean(BooleanBuilder::new()),
+            ColumnType::Date => Values::Date(Date32Builder::new()),
+            ColumnType::Timestamp => Values::Timestamp(TimestampMicrosecondBuilder::new()),
+            _ => Values::Text(StringBuilder::new()),
+        }
+    }
+
+    fn push(&mut self, value: ColumnValue) -> Result<()> {
+        match (self, value) {
+            (Values::Text(b), ColumnValue::Null) => b.append_null(),
+            (Values::Integer(b), ColumnValue::Null) => b.append_null(),
+            (Values::Double(b), ColumnValue::Null) => b.append_null(),
+            (Values::Boolean(b), ColumnValue::Null) => b.append_null(),
+            (Values::Date(b), ColumnValue::Null) => b.append_null(),
+            (Values::Timestamp(b), ColumnValue::Null) => b.append_null(),
+            (
+                Values::Text(b),
+                ColumnValue::Text(s) | ColumnValue::Numeric(s) | ColumnValue::Json(s),
+            ) => b.append_value(s),
+            (Values::Integer(b), ColumnValue::Integer(n)) => b.append_value(n),
+            (Values::Double(b), ColumnValue::Double(x)) => b.append_value(x),
+            (Values::Boolean(b), ColumnValue::Boolean(v)) => b.append_value(v),
+            (Values::Date(b), ColumnValue::Date(d)) => b.append_value(epoch_days(d)),
+            (Values::Timestamp(b), ColumnValue::Timestamp(t)) => {
+                b.append_value(t.timestamp_micros())
+            }
+            (_, other) => {
+                return Err(corrupt(format!(
+                    "a column value of another type: {other:?}"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> ArrayRef {
+        match self {
+            Values::Text(mut b) => Arc::new(b.finish()),
+            Values::Integer(mut b) => Arc::new(b.finish()),
+            Values::Double(mut b) => Arc::new(b.finish()),
+            Values::Boolean(mut b) => Arc::new(b.finish()),
+            Values::Date(mut b) => Arc::new(b.finish()),
+            Values::Timestamp(mut b) => Arc::new(b.finish().with_timezone("UTC")),
+        }
+    }
+}
+
+/// A typed column's values for `records` (after `ledger` rows' NULLs), as
+/// [`Columns::extract`] reads them.
+fn typed_arrays<'a>(
+    typed: &Columns,
+    records: impl Iterator<Item = &'a Record>,
+    ledger_rows: usize,
+) -> Result<Vec<ArrayRef>> {
+    let mut builders: Vec<Values> = typed.iter().map(|c| Values::new(c.column_type())).collect();
+    for builder in &mut builders {
+        for _ in 0..ledger_rows {
+            builder.push(ColumnValue::Null)?;
+        }
+    }
+    let mut values = Vec::with_capacity(typed.len());
+    for record in records {
+        values.clear();
+        typed.extract_into(record, &mut values)?;
+        for (builder, value) in builders.iter_mut().zip(values.drain(..)) {
+            builder.push(value)?;
+        }
+    }
+    Ok(builders.into_iter().map(Values::finish).collect())
+}
+
+/// The declared column of `name` in `typed`.
+pub(crate) fn declared<'a>(typed: &'a Columns, name: &str) -> Option<&'a Column> {
+    typed.iter().find(|c| c.name() == name)
 }
 
 /// Days since the Unix epoch, as Delta's `date` holds them.
@@ -146,9 +310,15 @@ fn text_column(batch: &RecordBatch, name: &str) -> Result<StringArray> {
 /// A batch of one partition's rows, in the order given, without the
 /// partition column.
 pub(crate) fn records_batch<'a>(
-    records: impl Iterator<Item = &'a Record>,
+    records: impl Iterator<Item = &'a Record> + Clone,
     ledger: Option<&LedgerEntry>,
+    typed: &Columns,
 ) -> Result<RecordBatch> {
+    let typed_columns = if typed.is_empty() {
+        Vec::new()
+    } else {
+        typed_arrays(typed, records.clone(), usize::from(ledger.is_some()))?
+    };
     let mut keys = Vec::new();
     let mut values = Vec::new();
     let mut instants = Vec::new();
@@ -165,13 +335,14 @@ pub(crate) fn records_batch<'a>(
         instants.push(record.updated_at().timestamp_micros());
         deleted.push(record.is_deleted());
     }
-    let columns: Vec<ArrayRef> = vec![
+    let mut columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(keys)),
         Arc::new(StringArray::from(values)),
         Arc::new(TimestampMicrosecondArray::from(instants).with_timezone("UTC")),
         Arc::new(BooleanArray::from(deleted)),
     ];
-    RecordBatch::try_new(file_schema(), columns).map_err(corrupt)
+    columns.extend(typed_columns);
+    RecordBatch::try_new(file_schema(typed), columns).map_err(corrupt)
 }
 
 /// The day's ledger entry as the `value` of its ledger row: JSON, readable

@@ -7,18 +7,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use backfill_core::columns::{Column, ColumnType, Columns};
 use backfill_core::{
     Counts, DayFailure, DayWrite, Digest, Error, LedgerEntry, MemoryStore, Record, Store,
 };
 use chrono::{DateTime, NaiveDate, Utc};
+use delta_kernel::engine::arrow_conversion::TryIntoArrow;
+use deltalake::kernel::{Action, MetadataExt, StructType};
 use deltalake::operations::create::CreateBuilder;
 use deltalake::protocol::SaveMode;
+use deltalake::writer::RecordBatchWriter;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError, ObjectStore};
 use tokio::sync::Mutex;
 
-use crate::commit::{commit, operation, write_days, NewDay, Outcome, ReadSet};
+use crate::commit::{commit, operation, write_days, write_days_with, NewDay, Outcome, ReadSet};
 use crate::error::{backend, corrupt, open, Result, BACKEND};
-use crate::rows::{delta_columns, EVENT_DATE};
+use crate::rows::{
+    columns_property, declared, delta_columns, recorded_columns, COLUMNS_PROPERTY, EVENT_DATE,
+    OWN_COLUMNS,
+};
 use crate::table::{Cache, DayRows, Files, Reader};
 
 /// How many times a write is decided again after losing a commit race
@@ -32,6 +39,8 @@ const MAX_ATTEMPTS: u32 = 100;
 /// writers on many machines commit to one table.
 pub struct DeltaStore {
     location: String,
+    /// The typed columns, in the table's order.
+    columns: Columns,
     /// The latest snapshot read, brought up to date before each use.
     table: Mutex<DeltaTable>,
     /// The rows of the files read lately.
@@ -42,7 +51,76 @@ impl fmt::Debug for DeltaStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeltaStore")
             .field("location", &self.location)
+            .field("columns", &self.columns)
             .finish_non_exhaustive()
+    }
+}
+
+/// How to open a [`DeltaStore`]: where, with which storage options and
+/// typed columns. From [`DeltaStore::builder`].
+#[derive(Debug, Clone)]
+pub struct DeltaStoreBuilder {
+    location: String,
+    storage_options: HashMap<String, String>,
+    columns: Vec<Column>,
+    allow_column_changes: bool,
+}
+
+impl DeltaStoreBuilder {
+    /// delta-rs's storage options (as its `storage_options` names them: on
+    /// S3, `aws_endpoint_url`, `aws_region`, `aws_access_key_id`, …), over
+    /// the environment's.
+    pub fn storage_options(mut self, options: HashMap<String, String>) -> Self {
+        self.storage_options = options;
+        self
+    }
+
+    /// One storage option (see [`storage_options`](Self::storage_options)).
+    pub fn storage_option(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.storage_options.insert(key.into(), value.into());
+        self
+    }
+
+    /// A typed column: a field of each record's JSON value kept as a
+    /// column of its own (see [typed columns](crate#typed-columns)).
+    pub fn column(mut self, column: Column) -> Self {
+        self.columns.push(column);
+        self
+    }
+
+    /// Typed columns, after those declared so far.
+    pub fn columns(mut self, columns: impl IntoIterator<Item = Column>) -> Self {
+        self.columns.extend(columns);
+        self
+    }
+
+    /// Whether opening may drop the table's typed columns the declaration
+    /// lacks and remake those it declares with another type (every file
+    /// of the table rewritten), rather than refuse the table. Off by
+    /// default.
+    pub fn allow_column_changes(mut self, allow: bool) -> Self {
+        self.allow_column_changes = allow;
+        self
+    }
+
+    /// Opens the table, creating it if there is none, and adds the typed
+    /// columns it lacks, filled from its rows.
+    ///
+    /// # Errors
+    ///
+    /// As [`DeltaStore::open`]; [`Error::InvalidColumnDeclaration`] for a
+    /// declaration that is not valid; [`Error::Open`] for a table whose
+    /// typed columns differ from the declaration (naming the column), unless
+    /// column changes are allowed; [`Error::InvalidColumn`] naming the
+    /// first stored row a new column does not fit (nothing is changed).
+    pub async fn open(self) -> Result<DeltaStore> {
+        let columns = Columns::new(self.columns)?;
+        DeltaStore::open_table(
+            &self.location,
+            self.storage_options,
+            Some((columns, self.allow_column_changes)),
+        )
+        .await
     }
 }
 
@@ -56,7 +134,18 @@ impl DeltaStore {
     /// [`Error::Open`] when the location cannot be reached or holds a table
     /// of another shape (naming the column that differs).
     pub async fn open(location: &str) -> Result<Self> {
-        Self::open_with(location, HashMap::new()).await
+        Self::builder(location).open().await
+    }
+
+    /// A builder for the table at `location`: storage options, typed
+    /// columns.
+    pub fn builder(location: impl Into<String>) -> DeltaStoreBuilder {
+        DeltaStoreBuilder {
+            location: location.into(),
+            storage_options: HashMap::new(),
+            columns: Vec::new(),
+            allow_column_changes: false,
+        }
     }
 
     /// [`DeltaStore::open`] with delta-rs's storage options (as its
@@ -70,11 +159,15 @@ impl DeltaStore {
         location: &str,
         storage_options: HashMap<String, String>,
     ) -> Result<Self> {
-        Self::open_table(location, storage_options, true).await
+        Self::builder(location)
+            .storage_options(storage_options)
+            .open()
+            .await
     }
 
     /// Opens the table at `location` if there is one, creating nothing: for
-    /// readers of the ledger (`backfill status`).
+    /// readers of the ledger (`backfill status`). Its typed columns are
+    /// taken as the table has them, each nullable.
     ///
     /// # Errors
     ///
@@ -84,14 +177,17 @@ impl DeltaStore {
         location: &str,
         storage_options: HashMap<String, String>,
     ) -> Result<Self> {
-        Self::open_table(location, storage_options, false).await
+        Self::open_table(location, storage_options, None).await
     }
 
+    /// Opens the table; with `declared` (the typed columns, and whether
+    /// they may change the table's), creating it if there is none.
     async fn open_table(
         location: &str,
         storage_options: HashMap<String, String>,
-        create: bool,
+        declared: Option<(Columns, bool)>,
     ) -> Result<Self> {
+        let create = declared.is_some();
         if !create && !location.contains("://") && !std::path::Path::new(location).is_dir() {
             return Err(open(format!(
                 "no Delta table at {location} (nothing has been synced there)"
@@ -119,8 +215,16 @@ impl DeltaStore {
             let made = CreateBuilder::new()
                 .with_location(url.as_str())
                 .with_storage_options(storage_options.clone())
-                .with_columns(delta_columns())
+                .with_columns(delta_columns(
+                    declared.as_ref().map_or(&Columns::default(), |d| &d.0),
+                ))
                 .with_partition_columns([EVENT_DATE])
+                // The store's own property, not one of Delta's.
+                .with_raise_if_key_not_exists(false)
+                .with_configuration([(
+                    COLUMNS_PROPERTY,
+                    declared.as_ref().map(|d| columns_property(&d.0)),
+                )])
                 .with_save_mode(SaveMode::Ignore)
                 .await;
             match made {
@@ -133,11 +237,38 @@ impl DeltaStore {
             }
         };
         check_shape(&table, &shown)?;
+        let cache = Cache::default();
+        let (table, columns) = match declared {
+            Some((columns, allow)) => {
+                let change = Change {
+                    declared: &columns,
+                    allow,
+                    location: &shown,
+                    storage_options: &storage_options,
+                    cache: &cache,
+                };
+                change.apply(table).await?
+            }
+            None => {
+                let present = typed_columns(&table, &shown)?;
+                let columns = present
+                    .into_iter()
+                    .map(|(name, ty)| Ok(Column::new(name, ty?)?.nullable(true)))
+                    .collect::<Result<Vec<_>>>()?;
+                (table, Columns::new(columns)?)
+            }
+        };
         Ok(Self {
             location: shown,
+            columns,
             table: Mutex::new(table),
-            cache: Cache::default(),
+            cache,
         })
+    }
+
+    /// The typed columns, in the table's order.
+    pub fn columns(&self) -> &Columns {
+        &self.columns
     }
 
     /// Where the table is, without any credentials the URL held.
@@ -216,7 +347,22 @@ impl DeltaStore {
         decision: Decision<'_, T>,
         attempt: u32,
     ) -> Result<Option<T>> {
-        let Some(actions) = write_days(table, &decision.old, &decision.new).await? else {
+        if typed_columns(table, &self.location)?
+            .iter()
+            .map(|(name, ty)| (name.as_str(), ty.as_ref().ok().copied()))
+            .ne(self
+                .columns
+                .iter()
+                .map(|c| (c.name(), Some(c.column_type()))))
+        {
+            return Err(open(format!(
+                "the typed columns of the Delta table at {} changed since it was opened: open it \
+                 again",
+                self.location
+            )));
+        }
+        let Some(actions) = write_days(table, &decision.old, &decision.new, &self.columns).await?
+        else {
             return Ok(Some(decision.result));
         };
         let read = ReadSet {
@@ -410,7 +556,7 @@ struct Decision<'a, T> {
 fn check_shape(table: &DeltaTable, location: &str) -> Result<()> {
     let snapshot = table.snapshot().map_err(open)?;
     let schema = snapshot.schema();
-    for wanted in delta_columns() {
+    for wanted in delta_columns(&Columns::default()) {
         let found = schema.field(wanted.name());
         let problem = match found {
             None => "is missing".to_owned(),
@@ -505,6 +651,13 @@ impl Store for DeltaStore {
         for record in &records {
             record.validate()?;
         }
+        if !self.columns.is_empty() {
+            let mut values = Vec::with_capacity(self.columns.len());
+            for record in &records {
+                values.clear();
+                self.columns.extract_into(record, &mut values)?;
+            }
+        }
         let probe: HashSet<&str> = records.iter().map(Record::key).collect();
         let mut own: BTreeSet<NaiveDate> = day.days().iter().copied().collect();
         own.insert(day.day());
@@ -555,5 +708,158 @@ impl Store for DeltaStore {
             }
         }
         Err(gave_up("recording a failure"))
+    }
+}
+
+/// The table's typed columns, in its order: every column but its own, with
+/// the type [`COLUMNS_PROPERTY`] records for it (an error for a column this
+/// store did not add).
+fn typed_columns(table: &DeltaTable, location: &str) -> Result<Vec<(String, Result<ColumnType>)>> {
+    let snapshot = table.snapshot().map_err(open)?;
+    let recorded = recorded_columns(
+        snapshot
+            .metadata()
+            .configuration()
+            .get(COLUMNS_PROPERTY)
+            .map(String::as_str),
+    )?;
+    Ok(snapshot
+        .schema()
+        .fields()
+        .filter(|f| !OWN_COLUMNS.contains(&f.name().as_str()))
+        .map(|f| {
+            let ty = recorded
+                .iter()
+                .find(|(name, _)| name == f.name())
+                .map(|(_, ty)| *ty)
+                .ok_or_else(|| {
+                    open(format!(
+                        "the Delta table at {location} has a column {:?} that is not one of \
+                         its typed columns",
+                        f.name()
+                    ))
+                });
+            (f.name().clone(), ty)
+        })
+        .collect())
+}
+
+/// Bringing a table's typed columns to a declaration.
+struct Change<'a> {
+    declared: &'a Columns,
+    allow: bool,
+    location: &'a str,
+    storage_options: &'a HashMap<String, String>,
+    cache: &'a Cache,
+}
+
+impl Change<'_> {
+    /// The table with the declared typed columns, and the declaration in
+    /// the table's order: unchanged when they are the table's; else, each
+    /// missing one added and (when allowed) each other one dropped or
+    /// remade, every file rewritten, in one commit with the new schema.
+    async fn apply(&self, mut table: DeltaTable) -> Result<(DeltaTable, Columns)> {
+        for attempt in 1..=MAX_ATTEMPTS {
+            let present = typed_columns(&table, self.location)?;
+            let mut refused = None;
+            for (name, ty) in &present {
+                let why = match (declared(self.declared, name), ty) {
+                    (None, _) => format!("column {name:?} is not declared"),
+                    (Some(_), Err(e)) => e.to_string(),
+                    (Some(c), Ok(ty)) if c.column_type() != *ty => {
+                        format!("column {name:?} is {ty}, declared {}", c.column_type())
+                    }
+                    _ => continue,
+                };
+                refused.get_or_insert(why);
+            }
+            let missing = self
+                .declared
+                .iter()
+                .any(|c| !present.iter().any(|(name, _)| name == c.name()));
+            if refused.is_none() && !missing {
+                let ordered = present
+                    .iter()
+                    .filter_map(|(name, _)| declared(self.declared, name).cloned());
+                return Ok((table, Columns::new(ordered)?));
+            }
+            if let Some(why) = refused.filter(|_| !self.allow) {
+                return Err(open(format!(
+                    "the Delta table at {} has other typed columns than declared: {why} \
+                     (allow_column_changes lets opening change them)",
+                    self.location
+                )));
+            }
+            match self.rewrite(&table).await? {
+                Outcome::Committed(state) => {
+                    table.state = Some(*state);
+                    return Ok((table, self.declared.clone()));
+                }
+                Outcome::Lost => {
+                    tokio::time::sleep(Duration::from_millis(u64::from(attempt.min(20)))).await;
+                    table.update_state().await.map_err(backend)?;
+                }
+            }
+        }
+        Err(gave_up("changing the typed columns"))
+    }
+
+    /// Every day of `table` rewritten with the declared columns, committed
+    /// with the new schema; an error, before anything is written, naming the
+    /// first stored row (by day, then key) a declared column does not fit.
+    async fn rewrite(&self, table: &DeltaTable) -> Result<Outcome> {
+        let files = Files::of(table)?;
+        let store = table.object_store();
+        let reader = Reader {
+            store: &store,
+            cache: self.cache,
+        };
+        let old = reader.days(files.all().cloned().collect()).await?;
+        let mut values = Vec::with_capacity(self.declared.len());
+        for rows in old.values() {
+            for record in rows.records.values() {
+                values.clear();
+                self.declared.extract_into(record, &mut values)?;
+            }
+        }
+        let new = unchanged(&old);
+        let schema = StructType::try_new(delta_columns(self.declared)).map_err(open)?;
+        let metadata = table
+            .snapshot()
+            .map_err(backend)?
+            .metadata()
+            .clone()
+            .with_schema(&schema)
+            .and_then(|m| {
+                m.add_config_key(COLUMNS_PROPERTY.into(), columns_property(self.declared))
+            })
+            .map_err(|e| open(e.to_string()))?;
+        let arrow: deltalake::arrow::datatypes::Schema =
+            (&schema).try_into_arrow().map_err(open)?;
+        let writer = RecordBatchWriter::try_new(
+            table.table_url().as_str(),
+            Arc::new(arrow),
+            Some(vec![EVENT_DATE.to_owned()]),
+            Some(self.storage_options.clone()),
+        )
+        .map_err(backend)?;
+        let mut actions = vec![Action::Metadata(metadata)];
+        actions.extend(
+            write_days_with(writer, &old, &new, self.declared, true)
+                .await?
+                .unwrap_or_default(),
+        );
+        let read = ReadSet {
+            days: old.keys().copied().collect(),
+            keys: None,
+        };
+        commit(
+            self.cache,
+            table,
+            actions,
+            &read,
+            operation(old.keys().copied()),
+        )
+        .await
     }
 }

@@ -12,7 +12,139 @@ backfill_core::conformance_tests!(with_guard: async {
     (store, dir)
 });
 
-backfill_core::column_conformance_tests!(unsupported: "DeltaStore keeps no typed columns yet");
+/// The typed-column cases on a local table, its columns read back from
+/// the table's Parquet files with the Parquet reader, as any engine reads
+/// them.
+mod typed_columns {
+    use std::path::PathBuf;
+
+    use async_trait::async_trait;
+    use backfill_core::columns::{ColumnType, ColumnValue, Columns};
+    use backfill_core::conformance::columns::TypedStore;
+    use backfill_core::Result;
+    use backfill_delta::DeltaStore;
+    use chrono::{DateTime, NaiveDate};
+    use deltalake::arrow::array::{
+        Array, AsArray, BooleanArray, Date32Array, Float64Array, Int64Array,
+        TimestampMicrosecondArray,
+    };
+    use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    struct Harness {
+        _dir: tempfile::TempDir,
+        path: PathBuf,
+    }
+
+    impl Harness {
+        async fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("table");
+            Self { _dir: dir, path }
+        }
+
+        fn location(&self) -> &str {
+            self.path.to_str().unwrap()
+        }
+    }
+
+    /// Row `i` of a typed column's array, as the column's type.
+    fn typed(ty: ColumnType, array: &dyn Array, i: usize) -> ColumnValue {
+        if array.is_null(i) {
+            return ColumnValue::Null;
+        }
+        let any = array.as_any();
+        match ty {
+            ColumnType::Text => ColumnValue::Text(array.as_string::<i32>().value(i).to_owned()),
+            ColumnType::Numeric => {
+                ColumnValue::Numeric(array.as_string::<i32>().value(i).to_owned())
+            }
+            ColumnType::Json => ColumnValue::Json(array.as_string::<i32>().value(i).to_owned()),
+            ColumnType::Integer => {
+                ColumnValue::Integer(any.downcast_ref::<Int64Array>().unwrap().value(i))
+            }
+            ColumnType::Double => {
+                ColumnValue::Double(any.downcast_ref::<Float64Array>().unwrap().value(i))
+            }
+            ColumnType::Boolean => {
+                ColumnValue::Boolean(any.downcast_ref::<BooleanArray>().unwrap().value(i))
+            }
+            ColumnType::Date => {
+                let days = any.downcast_ref::<Date32Array>().unwrap().value(i);
+                let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap();
+                ColumnValue::Date(epoch + chrono::Duration::days(i64::from(days)))
+            }
+            ColumnType::Timestamp => {
+                let micros = any
+                    .downcast_ref::<TimestampMicrosecondArray>()
+                    .unwrap()
+                    .value(i);
+                ColumnValue::Timestamp(DateTime::from_timestamp_micros(micros).unwrap())
+            }
+            other => panic!("a column of type {other}"),
+        }
+    }
+
+    #[async_trait]
+    impl TypedStore for Harness {
+        type Store = DeltaStore;
+
+        async fn open(&self, columns: &Columns) -> Result<DeltaStore> {
+            DeltaStore::builder(self.location())
+                .columns(columns.iter().cloned())
+                .open()
+                .await
+        }
+
+        async fn open_changing(&self, columns: &Columns) -> Result<DeltaStore> {
+            DeltaStore::builder(self.location())
+                .columns(columns.iter().cloned())
+                .allow_column_changes(true)
+                .open()
+                .await
+        }
+
+        async fn typed_rows(&self, columns: &Columns) -> Vec<(String, Vec<ColumnValue>)> {
+            let url = deltalake::ensure_table_uri(self.location()).unwrap();
+            let table = deltalake::open_table(url).await.unwrap();
+            let mut rows = Vec::new();
+            for uri in table.get_file_uris().unwrap() {
+                let path = match url::Url::parse(&uri) {
+                    Ok(url) => url.to_file_path().unwrap(),
+                    Err(_) => PathBuf::from(uri),
+                };
+                let file = std::fs::File::open(path).unwrap();
+                let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+                    .unwrap()
+                    .build()
+                    .unwrap();
+                for batch in reader {
+                    let batch = batch.unwrap();
+                    let keys = batch.column_by_name("key").unwrap().as_string::<i32>();
+                    for i in 0..batch.num_rows() {
+                        // The day's ledger row is not a record.
+                        if keys.value(i).starts_with('\0') {
+                            continue;
+                        }
+                        let values = columns
+                            .iter()
+                            .map(|c| {
+                                let array = batch.column_by_name(c.name()).unwrap_or_else(|| {
+                                    panic!("a data file without the column {:?}", c.name())
+                                });
+                                typed(c.column_type(), array, i)
+                            })
+                            .collect();
+                        rows.push((keys.value(i).to_owned(), values));
+                    }
+                }
+            }
+            rows.sort_by(|a, b| a.0.cmp(&b.0));
+            rows
+        }
+    }
+
+    backfill_core::column_conformance_tests!(Harness::new());
+}
 
 /// On `BACKFILL_S3_URL` (`s3://bucket`, with the AWS variables pointing at
 /// its server: `scripts/s3-server.sh` starts a local one), a table under a

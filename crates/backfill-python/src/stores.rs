@@ -182,24 +182,35 @@ pub(crate) struct PyDeltaStore {
 
 #[pymethods]
 impl PyDeltaStore {
-    /// `DeltaStore(uri, storage_options=None)`: `uri` a local directory, a
-    /// `file://` URL or an `s3://bucket/path` prefix; `storage_options` as
-    /// delta-rs (and Python's `deltalake`) name them (`aws_endpoint_url`,
-    /// `aws_region`, …, over the AWS environment variables).
+    /// `DeltaStore(uri, storage_options=None, columns=[],
+    /// allow_column_changes=False)`: `uri` a local directory, a `file://`
+    /// URL or an `s3://bucket/path` prefix; `storage_options` as delta-rs
+    /// (and Python's `deltalake`) name them (`aws_endpoint_url`,
+    /// `aws_region`, …, over the AWS environment variables); `columns` and
+    /// `allow_column_changes` as `SqliteStore`'s, the columns real Delta
+    /// types (`indexed` has no meaning on a Delta table).
     #[new]
-    #[pyo3(signature = (uri, storage_options=None))]
+    #[pyo3(signature = (uri, storage_options=None, columns=None, allow_column_changes=false))]
     fn new(
         py: Python<'_>,
         uri: std::path::PathBuf,
         storage_options: Option<std::collections::HashMap<String, String>>,
+        columns: Option<Vec<String>>,
+        allow_column_changes: bool,
     ) -> PyResult<Self> {
         let uri = uri
             .to_str()
             .ok_or_else(|| PyValueError::new_err("the table's location is not UTF-8"))?
             .to_owned();
         let options = storage_options.unwrap_or_default();
+        let columns = declared(columns)?;
         let opened = block(py, async move {
-            backfill_delta::DeltaStore::open_with(&uri, options).await
+            backfill_delta::DeltaStore::builder(uri)
+                .storage_options(options)
+                .columns(columns)
+                .allow_column_changes(allow_column_changes)
+                .open()
+                .await
         })?;
         let delta = Arc::new(opened.map_err(to_py)?);
         Ok(Self {

@@ -112,3 +112,29 @@ def test_a_rerun_commits_no_data_and_a_skipped_one_no_version(tmp_path):
     assert store.version() == version
     assert store.location.endswith("orders/")
 
+
+
+def test_typed_columns_are_real_delta_types_readers_see(tmp_path):
+    polars = _reader("polars")
+    _reader("deltalake")
+    uri = str(tmp_path / "typed")
+    columns = ["status:text", "total_cents:integer", "ratio:double", "paid:boolean",
+               "customer:text?=customer.id"]
+    store = backfill.DeltaStore(uri, columns=columns)
+
+    def fetch(day):
+        yield Record(f"o:{day}", day, {"status": "placed", "total_cents": day.day * 100,
+                                        "ratio": 0.25, "paid": day.day % 2 == 1,
+                                        "customer": {"id": f"c{day.day}"}}, at(day, 9))
+
+    backfill.backfill(store, fetch, DAYS[0], DAYS[2])
+    frame = polars.read_delta(uri).filter(~polars.col("deleted")).sort("key")
+    assert frame.schema["total_cents"] == polars.Int64
+    assert frame.schema["ratio"] == polars.Float64
+    assert frame.schema["paid"] == polars.Boolean
+    assert frame.schema["status"] == polars.String
+    assert frame.select(["status", "total_cents", "paid", "customer"]).rows() == [
+        ("placed", 100, True, "c1"), ("placed", 200, False, "c2"), ("placed", 300, True, "c3")]
+    # Opened without the declaration, the table is refused, naming a column.
+    with pytest.raises(backfill.StoreError, match="status"):
+        backfill.DeltaStore(uri)

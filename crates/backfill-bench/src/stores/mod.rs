@@ -133,11 +133,10 @@ impl Env {
                 Target::Postgres(store)
             }
             Kind::Delta => {
-                if !columns.is_empty() {
-                    return Err("the Delta store declares no typed columns".into());
-                }
                 let path = self.dir.path().join(format!("bench-{n}"));
-                let store = DeltaStore::open(&path.display().to_string())
+                let store = DeltaStore::builder(path.display().to_string())
+                    .columns(columns)
+                    .open()
                     .await
                     .map_err(|e| e.to_string())?;
                 Target::Delta { store, path }
