@@ -82,6 +82,37 @@ impl MemoryStore {
         }
     }
 
+    /// Its rows in key order (tombstones included) and its ledger entries
+    /// in day order, by value: what a store that decided a day here
+    /// writes back, without a copy of each row.
+    ///
+    /// ```
+    /// use backfill_core::{MemoryStore, Record};
+    /// use chrono::{NaiveDate, TimeZone, Utc};
+    ///
+    /// # fn main() -> backfill_core::Result<()> {
+    /// let day = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
+    /// let at = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+    /// let store = MemoryStore::from_parts(
+    ///     [Record::new("b", day, "2", at)?, Record::new("a", day, "1", at)?],
+    ///     [],
+    /// );
+    /// let (rows, ledger) = store.into_parts();
+    /// assert_eq!(rows.iter().map(Record::key).collect::<Vec<_>>(), ["a", "b"]);
+    /// assert!(ledger.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub fn into_parts(self) -> (Vec<Record>, Vec<LedgerEntry>) {
+        let state = self
+            .state
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        (
+            state.rows.into_values().collect(),
+            state.days.into_values().collect(),
+        )
+    }
+
     /// [`Store::apply`] of a day whose records were already read from it
     /// ([`DayWrite::read_all`]): the same decisions, counts and ledger
     /// entry, and the day may be applied again (to another `MemoryStore`,

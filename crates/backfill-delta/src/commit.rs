@@ -8,7 +8,7 @@
 //! else is a lost race: the change is dropped, its files deleted, and the
 //! write decided again on the new snapshot.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,10 +16,14 @@ use backfill_core::columns::Columns;
 use backfill_core::{LedgerEntry, Record};
 use chrono::NaiveDate;
 use delta_kernel::expressions::Scalar;
+use deltalake::arrow::array::RecordBatch;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
 use deltalake::kernel::{Action, Add};
 use deltalake::logstore::get_actions;
 use deltalake::logstore::object_store::ObjectStoreExt;
+use deltalake::parquet::basic::Compression;
+use deltalake::parquet::file::properties::WriterProperties;
+use deltalake::parquet::schema::types::ColumnPath;
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::table::config::TablePropertiesExt;
 use deltalake::table::state::DeltaTableState;
@@ -28,8 +32,8 @@ use deltalake::{DeltaTable, DeltaTableError, ObjectStore, Path};
 use indexmap::IndexMap;
 
 use crate::error::{backend, Result};
-use crate::rows::{epoch_days, records_batch, EVENT_DATE};
-use crate::table::{Cache, DayRows, Reader};
+use crate::rows::{epoch_days, records_batch, Row, EVENT_DATE, KEY, UPDATED_AT, VALUE};
+use crate::table::{Cache, DayRows, FileRows, Probe, Reader};
 
 /// What one day becomes.
 #[derive(Debug)]
@@ -46,7 +50,7 @@ pub(crate) struct ReadSet<'a> {
     /// The days read whole: any commit touching them since is a conflict.
     pub(crate) days: BTreeSet<NaiveDate>,
     /// The keys written: a commit adding one of them anywhere is a conflict.
-    pub(crate) keys: Option<&'a HashSet<&'a str>>,
+    pub(crate) keys: Option<&'a Probe<'a>>,
 }
 
 /// How a commit ended.
@@ -63,21 +67,30 @@ pub(crate) enum Outcome {
 /// only what changed is rewritten. `None` when nothing changed.
 pub(crate) async fn write_days(
     table: &DeltaTable,
+    cache: &Cache,
     old: &BTreeMap<NaiveDate, DayRows>,
-    new: &BTreeMap<NaiveDate, NewDay>,
+    new: BTreeMap<NaiveDate, NewDay>,
     typed: &Columns,
 ) -> Result<Option<Vec<Action>>> {
-    let writer = RecordBatchWriter::for_table(table).map_err(backend)?;
-    write_days_with(writer, old, new, typed, false).await
+    let writer = || {
+        RecordBatchWriter::for_table(table)
+            .map(|writer| writer.with_writer_properties(writer_properties()))
+            .map_err(backend)
+    };
+    write_days_with(writer, cache, old, new, typed, false).await
 }
 
-/// [`write_days`] through `writer`; with `every_file`, each old file is
-/// removed and each new day written whole, changed or not (a change of the
-/// table's columns).
+/// [`write_days`] through the writers `writer` makes; with `every_file`,
+/// each old file is removed and each new day written whole, changed or not
+/// (a change of the table's columns). The rows of each new file are moved
+/// into `cache`: the next write of its day, a probe by another day's write
+/// and a conflict check read them from memory (a file whose commit loses
+/// is never read).
 pub(crate) async fn write_days_with(
-    mut writer: RecordBatchWriter,
+    writer: impl Fn() -> Result<RecordBatchWriter>,
+    cache: &Cache,
     old: &BTreeMap<NaiveDate, DayRows>,
-    new: &BTreeMap<NaiveDate, NewDay>,
+    mut new: BTreeMap<NaiveDate, NewDay>,
     typed: &Columns,
     every_file: bool,
 ) -> Result<Option<Vec<Action>>> {
@@ -85,7 +98,7 @@ pub(crate) async fn write_days_with(
     let mut removes = Vec::new();
     let mut records_of: Vec<(NaiveDate, &[Record])> = Vec::new();
     let mut ledgers: Vec<(NaiveDate, &LedgerEntry)> = Vec::new();
-    for (&day, new) in new {
+    for (&day, new) in &new {
         let old = old.get(&day).unwrap_or(&empty);
         let mut records_changed = old.records.len() != new.records.len()
             || old
@@ -127,29 +140,94 @@ pub(crate) async fn write_days_with(
     if removes.is_empty() && records_of.is_empty() && ledgers.is_empty() {
         return Ok(None);
     }
-    let mut adds: Vec<Add> = Vec::new();
-    for (day, records) in records_of {
-        let batch = records_batch(records.iter(), None, typed)?;
-        writer
-            .write_partition(batch, &partition(day), WriteMode::Default)
-            .await
-            .map_err(backend)?;
+    // The two kinds of file by two writers at once: a day's ledger row is
+    // a file of its own, and its write need not wait for the records'.
+    let (records_added, ledgers_added) = futures_util::try_join!(
+        write_files(&writer, &records_of, typed, records_of_day),
+        write_files(&writer, &ledgers, typed, ledger_of_day),
+    )?;
+    for (&day, written) in &mut new {
+        // A day too large for the cache is not turned into its rows.
+        let fits = cache.admits(written.records.iter().map(Row::record_size).sum());
+        if let Some(path) = only_file(&records_added, day).filter(|_| fits) {
+            let records = std::mem::take(&mut written.records);
+            let rows = records.into_iter().map(Row::Record).collect();
+            cache.put(&path, &Arc::new(FileRows::new(rows)));
+        }
+        if let Some((path, entry)) = only_file(&ledgers_added, day).zip(written.ledger.take()) {
+            cache.put(&path, &Arc::new(FileRows::new(vec![Row::Ledger(entry)])));
+        }
     }
-    adds.extend(writer.flush().await.map_err(backend)?);
-    for (day, entry) in ledgers {
-        let batch = records_batch(std::iter::empty(), Some(entry), typed)?;
-        writer
-            .write_partition(batch, &partition(day), WriteMode::Default)
-            .await
-            .map_err(backend)?;
-    }
-    adds.extend(writer.flush().await.map_err(backend)?);
+    let adds = records_added.into_iter().chain(ledgers_added);
     Ok(Some(
-        removes
-            .into_iter()
-            .chain(adds.into_iter().map(Action::Add))
-            .collect(),
+        removes.into_iter().chain(adds.map(Action::Add)).collect(),
     ))
+}
+
+/// Writes each day's batch (made by `batch` as it is written, not all at
+/// once) to the day's partition through a writer `writer` makes: the files
+/// added (none for no day).
+async fn write_files<T>(
+    writer: &impl Fn() -> Result<RecordBatchWriter>,
+    days: &[(NaiveDate, T)],
+    typed: &Columns,
+    batch: fn(&T, &Columns) -> Result<RecordBatch>,
+) -> Result<Vec<Add>> {
+    if days.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut writer = writer()?;
+    for (day, rows) in days {
+        let (day, batch) = (*day, batch(rows, typed)?);
+        writer
+            .write_partition(batch, &partition(day), WriteMode::Default)
+            .await
+            .map_err(backend)?;
+    }
+    writer.flush().await.map_err(backend)
+}
+
+/// How the store's data files are encoded: Snappy, as delta-rs writes
+/// them, with no dictionary for the columns whose values are all or mostly
+/// distinct (a key is in one row of the table; a value and an instant
+/// seldom repeat), where building one costs time and saves no space.
+pub(crate) fn writer_properties() -> WriterProperties {
+    [KEY, VALUE, UPDATED_AT]
+        .into_iter()
+        .fold(
+            WriterProperties::builder().set_compression(Compression::SNAPPY),
+            |builder, column| {
+                builder.set_column_dictionary_enabled(ColumnPath::from(column), false)
+            },
+        )
+        .build()
+}
+
+/// A day's records as a batch.
+fn records_of_day(records: &&[Record], typed: &Columns) -> Result<RecordBatch> {
+    records_batch(records.iter(), None, typed)
+}
+
+/// A day's ledger row as a batch.
+fn ledger_of_day(entry: &&LedgerEntry, typed: &Columns) -> Result<RecordBatch> {
+    records_batch(std::iter::empty(), Some(entry), typed)
+}
+
+/// The file of `added` that is the only one of `day`'s, if there is one:
+/// a file whose rows are those written for the day, to keep in the cache.
+fn only_file(added: &[Add], day: NaiveDate) -> Option<Path> {
+    let mut of_day = added
+        .iter()
+        .filter(|add| day_of(&add.partition_values) == Some(day));
+    match (of_day.next(), of_day.next()) {
+        (Some(add), None) => Some(file_path(add)),
+        _ => None,
+    }
+}
+
+/// Where an added file is, in the table's object store.
+fn file_path(add: &Add) -> Path {
+    Path::parse(&add.path).unwrap_or_else(|_| Path::from(add.path.as_str()))
 }
 
 fn partition(day: NaiveDate) -> IndexMap<String, Scalar> {
@@ -263,9 +341,8 @@ async fn conflicts(reader: Reader<'_>, winner: &[Action], read: &ReadSet<'_>) ->
                 let Some(ours) = read.keys.filter(|keys| !keys.is_empty()) else {
                     continue;
                 };
-                let path = Path::parse(&add.path).unwrap_or_else(|_| Path::from(add.path.as_str()));
                 if reader
-                    .holds(&path, add.size.max(0) as u64, day, ours)
+                    .holds(&file_path(add), add.size.max(0) as u64, day, ours)
                     .await?
                 {
                     return Ok(true);
@@ -286,8 +363,7 @@ fn day_of(values: &std::collections::HashMap<String, Option<String>>) -> Option<
 async fn discard(store: &Arc<dyn ObjectStore>, actions: &[Action]) {
     for action in actions {
         if let Action::Add(add) = action {
-            let path = Path::parse(&add.path).unwrap_or_else(|_| Path::from(add.path.as_str()));
-            let _ = store.delete(&path).await;
+            let _ = store.delete(&file_path(add)).await;
         }
     }
 }

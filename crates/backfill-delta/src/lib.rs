@@ -44,7 +44,9 @@
 //! (timestamp, microseconds, UTC) and `deleted` (boolean). A key is in one
 //! row of the whole table, live or a tombstone, in the partition of its
 //! version's `event_date`. A day's records are in one file, sorted by key
-//! (delta-rs starts another past its target file size), so a re-fetched
+//! (delta-rs starts another past its target file size; Snappy-compressed,
+//! with no dictionary for `key`, `value` and `updated_at`, whose values
+//! seldom repeat), so a re-fetched
 //! day rewrites that day's files and no others; a day whose rows do not
 //! change is not rewritten at all (a re-run commits the day's new ledger
 //! row only, and with
@@ -114,7 +116,12 @@
 //! files and decides the day again on the new snapshot. So writers of
 //! different days never fail each other (they commit one after the
 //! other), and writers of the same day end as one of their serial orders
-//! would.
+//! would. A day's first attempt decides on the snapshot this store read
+//! or committed last, when that was within the last second, without
+//! listing the log again: whatever was committed since makes its commit
+//! lose, and it is checked as above (a day that would commit nothing on
+//! that snapshot is decided again on the latest). A backfill writing day
+//! after day so saves a listing of the log per day.
 //!
 //! # Maintenance
 //!

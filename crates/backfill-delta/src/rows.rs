@@ -243,9 +243,14 @@ impl Row {
     /// About how many bytes the row takes in memory.
     pub(crate) fn size(&self) -> usize {
         match self {
-            Row::Record(record) => record.key().len() + record.value().len() + 64,
+            Row::Record(record) => Row::record_size(record),
             Row::Ledger(_) => 512,
         }
+    }
+
+    /// About how many bytes `record` takes in memory as a row.
+    pub(crate) fn record_size(record: &Record) -> usize {
+        record.key().len() + record.value().len() + 64
     }
 }
 
@@ -319,27 +324,42 @@ pub(crate) fn records_batch<'a>(
     } else {
         typed_arrays(typed, records.clone(), usize::from(ledger.is_some()))?
     };
-    let mut keys = Vec::new();
-    let mut values = Vec::new();
-    let mut instants = Vec::new();
-    let mut deleted = Vec::new();
-    if let Some(entry) = ledger {
-        keys.push(ledger_key(entry.day));
-        values.push(LedgerRow::encode(entry)?);
-        instants.push(LedgerRow::instant(entry).timestamp_micros());
-        deleted.push(true);
+    // The ledger row first, then the records: each column made straight
+    // from the rows' own strings, not a copy of each.
+    let ledger = match ledger {
+        Some(entry) => Some((
+            ledger_key(entry.day),
+            LedgerRow::encode(entry)?,
+            LedgerRow::instant(entry).timestamp_micros(),
+        )),
+        None => None,
+    };
+    let rows = records.clone().count() + usize::from(ledger.is_some());
+    let bytes = |text: fn(&Record) -> &str| records.clone().map(|r| text(r).len()).sum::<usize>();
+    let (ledger_key_len, ledger_value_len) = ledger
+        .as_ref()
+        .map_or((0, 0), |(key, value, _)| (key.len(), value.len()));
+    let mut keys = StringBuilder::with_capacity(rows, bytes(Record::key) + ledger_key_len);
+    let mut values = StringBuilder::with_capacity(rows, bytes(Record::value) + ledger_value_len);
+    let mut instants = Vec::with_capacity(rows);
+    let mut deleted = BooleanBuilder::with_capacity(rows);
+    if let Some((key, value, at)) = ledger {
+        keys.append_value(key);
+        values.append_value(value);
+        instants.push(at);
+        deleted.append_value(true);
     }
     for record in records {
-        keys.push(record.key().to_owned());
-        values.push(record.value().to_owned());
+        keys.append_value(record.key());
+        values.append_value(record.value());
         instants.push(record.updated_at().timestamp_micros());
-        deleted.push(record.is_deleted());
+        deleted.append_value(record.is_deleted());
     }
     let mut columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(keys)),
-        Arc::new(StringArray::from(values)),
+        Arc::new(keys.finish()),
+        Arc::new(values.finish()),
         Arc::new(TimestampMicrosecondArray::from(instants).with_timezone("UTC")),
-        Arc::new(BooleanArray::from(deleted)),
+        Arc::new(deleted.finish()),
     ];
     columns.extend(typed_columns);
     RecordBatch::try_new(file_schema(typed), columns).map_err(corrupt)

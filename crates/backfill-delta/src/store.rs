@@ -1,10 +1,10 @@
 //! [`DeltaStore`]: opening the table, and the [`Store`] contract on it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use backfill_core::columns::{Column, ColumnType, Columns};
@@ -20,17 +20,27 @@ use deltalake::writer::RecordBatchWriter;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError, ObjectStore};
 use tokio::sync::Mutex;
 
-use crate::commit::{commit, operation, write_days, write_days_with, NewDay, Outcome, ReadSet};
+use crate::commit::{
+    commit, operation, write_days, write_days_with, writer_properties, NewDay, Outcome, ReadSet,
+};
 use crate::error::{backend, corrupt, open, Result, BACKEND};
 use crate::rows::{
     columns_property, declared, delta_columns, recorded_columns, COLUMNS_PROPERTY, EVENT_DATE,
     OWN_COLUMNS,
 };
-use crate::table::{Cache, DayRows, Files, Reader};
+use crate::table::{Cache, DayRows, Files, Probe, Reader};
 
 /// How many times a write is decided again after losing a commit race
 /// before it gives up (with a retryable error: the job tries the day again).
 const MAX_ATTEMPTS: u32 = 100;
+
+/// How long a snapshot this store has just read or committed is taken as
+/// the latest by a day's first attempt, without asking storage again: a
+/// commit made on it finds any version made since (it is refused, and the
+/// winning commits are checked against what the write read), and a write
+/// that would commit nothing on it is decided again on the latest, so this
+/// saves a listing of the log a day, never a check.
+const FRESH: Duration = Duration::from_secs(1);
 
 /// A [`Store`] on a Delta Lake table: a directory or an object-store
 /// prefix, partitioned by `event_date`, that any Delta reader reads.
@@ -41,8 +51,8 @@ pub struct DeltaStore {
     location: String,
     /// The typed columns, in the table's order.
     columns: Columns,
-    /// The latest snapshot read, brought up to date before each use.
-    table: Mutex<DeltaTable>,
+    /// The latest snapshot read or committed.
+    table: Mutex<Latest>,
     /// The rows of the files read lately.
     cache: Cache,
 }
@@ -54,6 +64,12 @@ impl fmt::Debug for DeltaStore {
             .field("columns", &self.columns)
             .finish_non_exhaustive()
     }
+}
+
+/// The latest snapshot a store read or committed, and when it was.
+struct Latest {
+    table: DeltaTable,
+    seen: Instant,
 }
 
 /// How to open a [`DeltaStore`]: where, with which storage options and
@@ -261,7 +277,10 @@ impl DeltaStore {
         Ok(Self {
             location: shown,
             columns,
-            table: Mutex::new(table),
+            table: Mutex::new(Latest {
+                table,
+                seen: Instant::now(),
+            }),
             cache,
         })
     }
@@ -287,9 +306,23 @@ impl DeltaStore {
 
     /// The latest snapshot.
     async fn latest(&self) -> Result<DeltaTable> {
-        let mut table = self.table.lock().await;
-        table.update_state().await.map_err(backend)?;
-        Ok(table.clone())
+        let mut latest = self.table.lock().await;
+        latest.table.update_state().await.map_err(backend)?;
+        latest.seen = Instant::now();
+        Ok(latest.table.clone())
+    }
+
+    /// With `reuse`, the snapshot this store read or committed within
+    /// [`FRESH`] if there is one (and `true`); else the latest (and
+    /// `false`).
+    async fn latest_or_fresh(&self, reuse: bool) -> Result<(DeltaTable, bool)> {
+        if reuse {
+            let latest = self.table.lock().await;
+            if latest.seen.elapsed() < FRESH {
+                return Ok((latest.table.clone(), true));
+            }
+        }
+        Ok((self.latest().await?, false))
     }
 
     /// What every day of `days` holds, read whole.
@@ -340,12 +373,15 @@ impl DeltaStore {
 
     /// Commits a change decided on `table`: its result once committed (or
     /// when nothing changed), `None` when another writer's commit
-    /// conflicted with it and it must be decided again.
+    /// conflicted with it and it must be decided again. A change that
+    /// changes nothing on a `reused` snapshot (one not read from storage
+    /// for it) is decided again too: only a commit checks what came since.
     async fn settle<T>(
         &self,
         table: &DeltaTable,
         decision: Decision<'_, T>,
         attempt: u32,
+        reused: bool,
     ) -> Result<Option<T>> {
         if typed_columns(table, &self.location)?
             .iter()
@@ -361,10 +397,6 @@ impl DeltaStore {
                 self.location
             )));
         }
-        let Some(actions) = write_days(table, &decision.old, &decision.new, &self.columns).await?
-        else {
-            return Ok(Some(decision.result));
-        };
         let read = ReadSet {
             days: decision
                 .old
@@ -374,13 +406,25 @@ impl DeltaStore {
                 .collect(),
             keys: decision.keys,
         };
-        let changed = decision.new.keys().copied();
-        match commit(&self.cache, table, actions, &read, operation(changed)).await? {
+        let logged = operation(decision.new.keys().copied());
+        let Some(actions) = write_days(
+            table,
+            &self.cache,
+            &decision.old,
+            decision.new,
+            &self.columns,
+        )
+        .await?
+        else {
+            return Ok((!reused).then_some(decision.result));
+        };
+        match commit(&self.cache, table, actions, &read, logged).await? {
             Outcome::Committed(state) => {
                 // The next write starts from the table as this one left it.
                 let mut latest = self.table.lock().await;
-                if latest.version() < Some(state.version()) {
-                    latest.state = Some(*state);
+                if latest.table.version() < Some(state.version()) {
+                    latest.table.state = Some(*state);
+                    latest.seen = Instant::now();
                 }
                 Ok(Some(decision.result))
             }
@@ -402,7 +446,7 @@ impl DeltaStore {
         day: &DayWrite,
         records: &[Record],
         own: &BTreeSet<NaiveDate>,
-        probe: &'a HashSet<&'a str>,
+        probe: &'a Probe<'a>,
     ) -> Result<Decision<'a, Counts>> {
         let store = table.object_store();
         // The days the write reads whole: its own, and those that hold
@@ -434,13 +478,14 @@ impl DeltaStore {
                 (d, day)
             })
             .collect();
-        for row in memory.rows_with_tombstones().await? {
+        let (rows, ledger) = memory.into_parts();
+        for row in rows {
             let Some(to) = new.get_mut(&row.event_date()) else {
                 return Err(corrupt(format!("a row of an unread day: {row:?}")));
             };
             to.records.push(row);
         }
-        for entry in memory.ledger(NaiveDate::MIN..=NaiveDate::MAX).await? {
+        for entry in ledger {
             if let Some(to) = new.get_mut(&entry.day) {
                 to.ledger = Some(entry);
             }
@@ -548,7 +593,7 @@ struct Decision<'a, T> {
     /// What they become.
     new: BTreeMap<NaiveDate, NewDay>,
     /// The keys written, for a change that may move keys between days.
-    keys: Option<&'a HashSet<&'a str>>,
+    keys: Option<&'a Probe<'a>>,
     result: T,
 }
 
@@ -658,15 +703,18 @@ impl Store for DeltaStore {
                 self.columns.extract_into(record, &mut values)?;
             }
         }
-        let probe: HashSet<&str> = records.iter().map(Record::key).collect();
+        let probe = Probe::new(records.iter().map(Record::key));
         let mut own: BTreeSet<NaiveDate> = day.days().iter().copied().collect();
         own.insert(day.day());
         for attempt in 1..=MAX_ATTEMPTS {
-            let (table, files) = self.snapshot().await?;
+            // A day's first attempt may decide on the snapshot this store
+            // has just read or committed.
+            let (table, reused) = self.latest_or_fresh(attempt == 1).await?;
+            let files = Files::of(&table)?;
             let decision = self
                 .decide_apply(&table, &files, &day, &records, &own, &probe)
                 .await?;
-            if let Some(counts) = self.settle(&table, decision, attempt).await? {
+            if let Some(counts) = self.settle(&table, decision, attempt, reused).await? {
                 return Ok(counts);
             }
         }
@@ -677,7 +725,7 @@ impl Store for DeltaStore {
         for attempt in 1..=MAX_ATTEMPTS {
             let (table, files) = self.snapshot().await?;
             let decision = self.decide_purge(&table, &files, before).await?;
-            if let Some(purged) = self.settle(&table, decision, attempt).await? {
+            if let Some(purged) = self.settle(&table, decision, attempt, false).await? {
                 return Ok(purged);
             }
         }
@@ -703,7 +751,11 @@ impl Store for DeltaStore {
         for attempt in 1..=MAX_ATTEMPTS {
             let (table, files) = self.snapshot().await?;
             let decision = self.decide_failure(&table, &files, day, failure).await?;
-            if self.settle(&table, decision, attempt).await?.is_some() {
+            if self
+                .settle(&table, decision, attempt, false)
+                .await?
+                .is_some()
+            {
                 return Ok(());
             }
         }
@@ -836,16 +888,20 @@ impl Change<'_> {
             .map_err(|e| open(e.to_string()))?;
         let arrow: deltalake::arrow::datatypes::Schema =
             (&schema).try_into_arrow().map_err(open)?;
-        let writer = RecordBatchWriter::try_new(
-            table.table_url().as_str(),
-            Arc::new(arrow),
-            Some(vec![EVENT_DATE.to_owned()]),
-            Some(self.storage_options.clone()),
-        )
-        .map_err(backend)?;
+        let arrow = Arc::new(arrow);
+        let writer = || {
+            RecordBatchWriter::try_new(
+                table.table_url().as_str(),
+                Arc::clone(&arrow),
+                Some(vec![EVENT_DATE.to_owned()]),
+                Some(self.storage_options.clone()),
+            )
+            .map(|writer| writer.with_writer_properties(writer_properties()))
+            .map_err(backend)
+        };
         let mut actions = vec![Action::Metadata(metadata)];
         actions.extend(
-            write_days_with(writer, &old, &new, self.declared, true)
+            write_days_with(writer, self.cache, &old, new, self.declared, true)
                 .await?
                 .unwrap_or_default(),
         );

@@ -1,6 +1,9 @@
 //! The table as one snapshot sees it: its data files by day, and their rows.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::cmp::Ordering;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 
 use backfill_core::{LedgerEntry, Record};
@@ -120,9 +123,105 @@ pub(crate) struct DayRows {
     pub(crate) files: Vec<(DataFile, bool, bool)>,
 }
 
-/// The rows of files read lately, by path: a data file never changes once
-/// written, so a file read again (the next write of its day, a key probed
-/// by another day's write) comes from memory.
+/// The keys a day's write brings, to look for in other days' files: a
+/// key moving between days.
+#[derive(Debug)]
+pub(crate) struct Probe<'a> {
+    /// Their hashes, sorted.
+    hashes: Vec<u64>,
+    /// The keys, in the order of their hashes.
+    keys: Vec<&'a str>,
+}
+
+impl<'a> Probe<'a> {
+    pub(crate) fn new(keys: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut hashed: Vec<(u64, &str)> =
+            keys.into_iter().map(|key| (key_hash(key), key)).collect();
+        hashed.sort_unstable();
+        hashed.dedup();
+        let (hashes, keys) = hashed.into_iter().unzip();
+        Probe { hashes, keys }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Whether `key` is one of its keys.
+    fn contains(&self, key: &str) -> bool {
+        let hash = key_hash(key);
+        let from = self.hashes.partition_point(|h| *h < hash);
+        self.hashes[from..]
+            .iter()
+            .zip(&self.keys[from..])
+            .take_while(|(h, _)| **h == hash)
+            .any(|(_, k)| *k == key)
+    }
+}
+
+/// A key's hash (SipHash with fixed keys, so a probe's and a file's agree):
+/// what probes compare before they compare keys.
+fn key_hash(key: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    key.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Whether two sorted lists share a value.
+fn meet(a: &[u64], b: &[u64]) -> bool {
+    let (small, large) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    if small.len().saturating_mul(16) < large.len() {
+        return small.iter().any(|h| large.binary_search(h).is_ok());
+    }
+    let (mut i, mut j) = (0, 0);
+    while i < small.len() && j < large.len() {
+        match small[i].cmp(&large[j]) {
+            Ordering::Less => i += 1,
+            Ordering::Greater => j += 1,
+            Ordering::Equal => return true,
+        }
+    }
+    false
+}
+
+/// Every row of one data file, with the sorted hashes of its records'
+/// keys: a probe for keys compares hashes first, and keys only on a match.
+#[derive(Debug)]
+pub(crate) struct FileRows {
+    pub(crate) rows: Vec<Row>,
+    hashes: Vec<u64>,
+    /// About how many bytes it takes in memory.
+    size: usize,
+}
+
+impl FileRows {
+    pub(crate) fn new(rows: Vec<Row>) -> Self {
+        let mut hashes: Vec<u64> = rows
+            .iter()
+            .filter_map(|row| match row {
+                Row::Record(record) => Some(key_hash(record.key())),
+                Row::Ledger(_) => None,
+            })
+            .collect();
+        hashes.sort_unstable();
+        let size = rows.iter().map(Row::size).sum::<usize>() + hashes.len() * 8 + 64;
+        FileRows { rows, hashes, size }
+    }
+
+    /// Whether it holds a record of any of `probe`'s keys.
+    pub(crate) fn holds(&self, probe: &Probe<'_>) -> bool {
+        meet(&self.hashes, &probe.hashes)
+            && self.rows.iter().any(|row| match row {
+                Row::Record(record) => probe.contains(record.key()),
+                Row::Ledger(_) => false,
+            })
+    }
+}
+
+/// The rows of files read or written lately, by path: a data file never
+/// changes once written, so a file read again (the next write of its day,
+/// a key probed by another day's write, a commit checked for conflicts)
+/// comes from memory.
 #[derive(Debug, Default)]
 pub(crate) struct Cache {
     state: Mutex<CacheState>,
@@ -130,7 +229,7 @@ pub(crate) struct Cache {
 
 #[derive(Debug, Default)]
 struct CacheState {
-    rows: HashMap<Path, Arc<Vec<Row>>>,
+    rows: HashMap<Path, Arc<FileRows>>,
     bytes: usize,
 }
 
@@ -138,14 +237,21 @@ struct CacheState {
 const CACHE_BYTES: usize = 256 << 20;
 
 impl Cache {
-    fn get(&self, path: &Path) -> Option<Arc<Vec<Row>>> {
+    fn get(&self, path: &Path) -> Option<Arc<FileRows>> {
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.rows.get(path).cloned()
     }
 
-    fn put(&self, path: &Path, rows: &Arc<Vec<Row>>) {
-        let size: usize = rows.iter().map(Row::size).sum::<usize>() + 64;
-        if size > CACHE_BYTES / 4 {
+    /// Whether rows of about `bytes` would be kept.
+    pub(crate) fn admits(&self, bytes: usize) -> bool {
+        bytes <= CACHE_BYTES / 4
+    }
+
+    /// Keeps `rows` as the rows of the file at `path`, unless they are too
+    /// many to keep.
+    pub(crate) fn put(&self, path: &Path, rows: &Arc<FileRows>) {
+        let size = rows.size;
+        if !self.admits(size) {
             return;
         }
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -154,16 +260,12 @@ impl Cache {
             // any half.
             let mut keep = CACHE_BYTES / 2;
             state.rows.retain(|_, rows| {
-                let size: usize = rows.iter().map(Row::size).sum::<usize>() + 64;
+                let size = rows.size;
                 let kept = size <= keep;
                 keep = keep.saturating_sub(size);
                 kept
             });
-            state.bytes = state
-                .rows
-                .values()
-                .map(|rows| rows.iter().map(Row::size).sum::<usize>() + 64)
-                .sum();
+            state.bytes = state.rows.values().map(|rows| rows.size).sum();
         }
         if state.rows.insert(path.clone(), Arc::clone(rows)).is_none() {
             state.bytes += size;
@@ -185,7 +287,7 @@ impl Reader<'_> {
         path: &Path,
         size: u64,
         day: NaiveDate,
-    ) -> Result<Arc<Vec<Row>>> {
+    ) -> Result<Arc<FileRows>> {
         if let Some(rows) = self.cache.get(path) {
             return Ok(rows);
         }
@@ -200,14 +302,14 @@ impl Reader<'_> {
         while let Some(batch) = batches.try_next().await.map_err(parquet)? {
             batch_rows(&batch, day, &mut rows)?;
         }
-        let rows = Arc::new(rows);
+        let rows = Arc::new(FileRows::new(rows));
         self.cache.put(path, &rows);
         Ok(rows)
     }
 
     /// Every row of `files`, by day.
     pub(crate) async fn days(&self, files: Vec<DataFile>) -> Result<BTreeMap<NaiveDate, DayRows>> {
-        let read: Vec<(DataFile, Arc<Vec<Row>>)> = stream::iter(files)
+        let read: Vec<(DataFile, Arc<FileRows>)> = stream::iter(files)
             .map(|file| async move {
                 let rows = self.rows(&file.path, file.size, file.day).await?;
                 Ok::<_, backfill_core::Error>((file, rows))
@@ -219,7 +321,7 @@ impl Reader<'_> {
         for (file, rows) in read {
             let day = days.entry(file.day).or_default();
             let (mut records, mut ledger) = (false, false);
-            for row in rows.iter() {
+            for row in &rows.rows {
                 match row {
                     Row::Record(record) => {
                         records = true;
@@ -245,7 +347,7 @@ impl Reader<'_> {
     pub(crate) async fn days_holding(
         &self,
         files: Vec<DataFile>,
-        keys: &HashSet<&str>,
+        keys: &Probe<'_>,
     ) -> Result<BTreeSet<NaiveDate>> {
         let found: Vec<Option<NaiveDate>> = stream::iter(files)
             .map(|file| async move {
@@ -264,13 +366,9 @@ impl Reader<'_> {
         path: &Path,
         size: u64,
         day: NaiveDate,
-        keys: &HashSet<&str>,
+        keys: &Probe<'_>,
     ) -> Result<bool> {
-        let rows = self.rows(path, size, day).await?;
-        Ok(rows.iter().any(|row| match row {
-            Row::Record(record) => keys.contains(record.key()),
-            Row::Ledger(_) => false,
-        }))
+        Ok(self.rows(path, size, day).await?.holds(keys))
     }
 }
 

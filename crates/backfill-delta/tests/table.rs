@@ -155,3 +155,39 @@ async fn a_table_of_another_shape_is_refused_naming_the_column() {
         "a reader creates nothing"
     );
 }
+
+/// A store that has just committed decides its next day on the snapshot
+/// it made, without reading the log again; a commit another writer made
+/// meanwhile still makes that write lose, and it is decided again on the
+/// table as the other writer left it.
+#[tokio::test]
+async fn a_write_on_the_snapshot_just_committed_still_sees_another_writers_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let location = dir.path().join("orders");
+    let location = location.to_str().unwrap();
+    let ours = DeltaStore::open(location).await.unwrap();
+    let theirs = DeltaStore::open(location).await.unwrap();
+    let older = records(0, 50, 0);
+    let newer = records(0, 50, 50);
+    let first = upsert(&ours, day(0), older.clone(), WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(first.inserted, 50);
+    // The other writer's newer versions, committed straight after.
+    let second = upsert(&theirs, day(0), newer.clone(), WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(second.updated, 50);
+    // On the snapshot `ours` committed, the older versions are the stored
+    // ones and would be unchanged; on the table they are stale.
+    let again = upsert(&ours, day(0), older, WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((again.stale, again.unchanged), (50, 0), "{again:?}");
+    let mut stored = ours.day_rows(day(0)).await.unwrap();
+    stored.sort_by(|a, b| a.key().cmp(b.key()));
+    assert_eq!(stored, newer);
+    let ledger = ours.ledger(day(0)..=day(0)).await.unwrap();
+    let counts = &ledger[0].synced.as_ref().unwrap().counts;
+    assert_eq!((counts.stale, counts.unchanged), (50, 0));
+}

@@ -139,7 +139,10 @@ impl Env {
                     .open()
                     .await
                     .map_err(|e| e.to_string())?;
-                Target::Delta { store, path }
+                Target::Delta {
+                    store: Box::new(store),
+                    path,
+                }
             }
         })
     }
@@ -238,9 +241,15 @@ pub(crate) async fn open_located(args: &[String]) -> Result<Box<dyn Store>, Stri
 #[derive(Debug)]
 pub(crate) enum Target {
     Memory(MemoryStore),
-    Sqlite { store: SqliteStore, path: PathBuf },
+    Sqlite {
+        store: SqliteStore,
+        path: PathBuf,
+    },
     Postgres(PostgresStore),
-    Delta { store: DeltaStore, path: PathBuf },
+    Delta {
+        store: Box<DeltaStore>,
+        path: PathBuf,
+    },
 }
 
 impl Target {
@@ -249,7 +258,7 @@ impl Target {
             Target::Memory(s) => s,
             Target::Sqlite { store, .. } => store,
             Target::Postgres(s) => s,
-            Target::Delta { store, .. } => store,
+            Target::Delta { store, .. } => store.as_ref(),
         }
     }
 
