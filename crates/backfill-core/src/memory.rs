@@ -123,91 +123,52 @@ impl MemoryStore {
     /// As [`Store::apply`]: a record that breaks the record rules, or the
     /// guard's refusal of a listing; nothing is changed then.
     pub fn apply_read(&self, day: &DayWrite, records: &[Record]) -> Result<Counts> {
-        // Refuse the whole day before touching anything: atomic by
-        // construction, since every decision is made before the first
-        // mutation.
-        for record in records {
-            record.validate()?;
-        }
         let mut state = self.lock();
-        let mut writes: Vec<Record> = Vec::new();
-        let mut counts = Counts::default();
-
-        // 1–2. Merge each record; a live record that would be written at
-        // or before its day's watermark (as it was before this write) is
-        // written as its own tombstone.
-        for record in records {
-            let stored = state.rows.get(record.key());
-            match stored {
-                Some(stored) if stored == record => counts.unchanged += 1,
-                Some(stored) if !record.supersedes(stored) => counts.stale += 1,
-                _ => {
-                    let watermark = state.watermark(record.event_date());
-                    let written = match watermark {
-                        Some(mark) if !record.is_deleted() && record.updated_at() <= mark => {
-                            record.to_tombstone()
-                        }
-                        _ => record.clone(),
-                    };
-                    let was_live = stored.is_some_and(|s| !s.is_deleted());
-                    match (written.is_deleted(), was_live) {
-                        (true, _) => counts.deleted += 1,
-                        (false, true) => counts.updated += 1,
-                        (false, false) => counts.inserted += 1,
-                    }
-                    writes.push(written);
-                }
-            }
+        let decided = decide(&state, day, records)?;
+        if day.as_of().is_some() {
+            day.check_replace(decided.counts.unlisted, decided.live)?;
         }
-
-        // 3. A listing: the day's live rows it lacks, not newer than
-        // `as_of`, become their own tombstones.
-        let mut unlisted = Vec::new();
-        if let Some(as_of) = day.as_of() {
-            let written: BTreeMap<&str, &Record> = writes.iter().map(|r| (r.key(), r)).collect();
-            let mut live = 0u64;
-            for (key, stored) in &state.rows {
-                // The day's rows as they are after the merge above.
-                let row = written.get(key.as_str()).copied().unwrap_or(stored);
-                if row.is_deleted() || row.event_date() != day.day() {
-                    continue;
-                }
-                live += 1;
-                let listed = records
-                    .binary_search_by(|r| r.key().cmp(key.as_str()))
-                    .is_ok();
-                if !listed && row.updated_at() <= as_of {
-                    unlisted.push(row.to_tombstone());
-                }
-            }
-            // Keys the merge made live that were not stored before.
-            live += writes
-                .iter()
-                .filter(|r| {
-                    !r.is_deleted()
-                        && r.event_date() == day.day()
-                        && !state.rows.contains_key(r.key())
-                })
-                .count() as u64;
-            day.check_replace(unlisted.len() as u64, live)?;
-            counts.deleted += unlisted.len() as u64;
-            counts.unlisted = unlisted.len() as u64;
-        }
-
-        // Nothing below can fail.
-        for row in writes.into_iter().chain(unlisted) {
-            state.rows.insert(row.key().to_owned(), row);
-        }
-        let entry = state
-            .days
-            .entry(day.day())
-            .or_insert_with(|| LedgerEntry::new(day.day()));
-        if let Some(as_of) = day.as_of() {
-            entry.listing_watermark = entry.listing_watermark.max(Some(as_of));
-        }
-        entry.synced = Some(day.synced(counts));
-        entry.failure = None;
+        let counts = decided.counts;
+        decided.write(&mut state);
+        synced(&mut state, day, counts);
         Ok(counts)
+    }
+
+    /// One page of a day decided here, for a store that decides a day too
+    /// large for memory page by page ([`DayWrite::next_page`]): this store
+    /// holds the day's stored rows in the page's key range (after the
+    /// previous page's last key, up to and including its own last key; the
+    /// last page's range runs to the end) and the stored rows of the
+    /// page's keys in other days, with their days' ledger entries.
+    ///
+    /// It merges the page and, for a listing, turns the day's live rows
+    /// of the range the page lacks into tombstones, as
+    /// [`MemoryStore::apply_read`] would; it neither asks the guard nor
+    /// writes the ledger entry: the pages' counts add up to the day's,
+    /// with which the store asks [`DayWrite::check_replace`] and finishes
+    /// with [`MemoryStore::finish_day`].
+    ///
+    /// # Errors
+    ///
+    /// A record that breaks the record rules; nothing is changed then.
+    pub fn apply_page(&self, day: &DayWrite, page: &[Record]) -> Result<PageCounts> {
+        let mut state = self.lock();
+        let decided = decide(&state, day, page)?;
+        let counts = PageCounts {
+            counts: decided.counts,
+            live: decided.live,
+        };
+        decided.write(&mut state);
+        Ok(counts)
+    }
+
+    /// The day's ledger entry after its last page, as
+    /// [`MemoryStore::apply_read`] leaves it: synced by this write with
+    /// `counts` (every page's), its failure cleared and, for a listing, its
+    /// watermark raised to the listing's instant. This store holds the
+    /// day's entry as it was before the write, if it had one.
+    pub fn finish_day(&self, day: &DayWrite, counts: Counts) {
+        synced(&mut self.lock(), day, counts);
     }
 
     /// The listing watermark of `day`: the latest `as_of` of a listing
@@ -215,6 +176,122 @@ impl MemoryStore {
     pub fn listing_watermark(&self, day: NaiveDate) -> Option<DateTime<Utc>> {
         self.lock().watermark(day)
     }
+}
+
+/// What one page of a day did ([`MemoryStore::apply_page`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageCounts {
+    /// What happened to the page's keys; for a listing, `unlisted` (and
+    /// `deleted`) count the day's live rows of the page's range it lacks.
+    pub counts: Counts,
+    /// For a listing, the day's live rows of the page's range after its
+    /// merge, before its tombstones: what the guard weighs them against.
+    pub live: u64,
+}
+
+/// What a day's records (or one page of them) change, decided before
+/// anything is.
+struct Decided {
+    writes: Vec<Record>,
+    unlisted: Vec<Record>,
+    counts: Counts,
+    live: u64,
+}
+
+impl Decided {
+    /// Writes it; nothing here can fail.
+    fn write(self, state: &mut State) {
+        for row in self.writes.into_iter().chain(self.unlisted) {
+            state.rows.insert(row.key().to_owned(), row);
+        }
+    }
+}
+
+/// The decisions of `records`, of `day`, on `state`: refused whole before
+/// anything is written.
+fn decide(state: &State, day: &DayWrite, records: &[Record]) -> Result<Decided> {
+    for record in records {
+        record.validate()?;
+    }
+    let mut writes: Vec<Record> = Vec::new();
+    let mut counts = Counts::default();
+
+    // 1–2. Merge each record; a live record that would be written at or
+    // before its day's watermark (as it was before this write) is written
+    // as its own tombstone.
+    for record in records {
+        let stored = state.rows.get(record.key());
+        match stored {
+            Some(stored) if stored == record => counts.unchanged += 1,
+            Some(stored) if !record.supersedes(stored) => counts.stale += 1,
+            _ => {
+                let watermark = state.watermark(record.event_date());
+                let written = match watermark {
+                    Some(mark) if !record.is_deleted() && record.updated_at() <= mark => {
+                        record.to_tombstone()
+                    }
+                    _ => record.clone(),
+                };
+                let was_live = stored.is_some_and(|s| !s.is_deleted());
+                match (written.is_deleted(), was_live) {
+                    (true, _) => counts.deleted += 1,
+                    (false, true) => counts.updated += 1,
+                    (false, false) => counts.inserted += 1,
+                }
+                writes.push(written);
+            }
+        }
+    }
+
+    // 3. A listing: the day's live rows it lacks, not newer than `as_of`,
+    // become their own tombstones.
+    let mut unlisted = Vec::new();
+    let mut live = 0u64;
+    if let Some(as_of) = day.as_of() {
+        let written: BTreeMap<&str, &Record> = writes.iter().map(|r| (r.key(), r)).collect();
+        for (key, stored) in &state.rows {
+            // The day's rows as they are after the merge above.
+            let row = written.get(key.as_str()).copied().unwrap_or(stored);
+            if row.is_deleted() || row.event_date() != day.day() {
+                continue;
+            }
+            live += 1;
+            let listed = records
+                .binary_search_by(|r| r.key().cmp(key.as_str()))
+                .is_ok();
+            if !listed && row.updated_at() <= as_of {
+                unlisted.push(row.to_tombstone());
+            }
+        }
+        // Keys the merge made live that were not stored before.
+        live += writes
+            .iter()
+            .filter(|r| {
+                !r.is_deleted() && r.event_date() == day.day() && !state.rows.contains_key(r.key())
+            })
+            .count() as u64;
+        counts.deleted += unlisted.len() as u64;
+        counts.unlisted = unlisted.len() as u64;
+    }
+    Ok(Decided {
+        writes,
+        unlisted,
+        counts,
+        live,
+    })
+}
+
+/// The day's ledger entry once it is applied with `counts`.
+fn synced(state: &mut State, day: &DayWrite, counts: Counts) {
+    let entry = state
+        .days
+        .entry(day.day())
+        .or_insert_with(|| LedgerEntry::new(day.day()));
+    if let Some(as_of) = day.as_of() {
+        entry.listing_watermark = entry.listing_watermark.max(Some(as_of));
+    }
+    entry.synced = Some(day.synced(counts));
+    entry.failure = None;
 }
 
 #[async_trait]
@@ -302,5 +379,124 @@ impl Store for MemoryStore {
             .or_insert_with(|| LedgerEntry::new(day));
         entry.failure = Some(failure.clone());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counts::Mode;
+    use crate::ledger::SyncStamp;
+    use crate::write::{streamed_day, WriteOptions};
+    use chrono::TimeZone;
+    use futures_util::stream;
+
+    fn at(hour: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 2, hour, 0, 0).unwrap()
+    }
+
+    /// A day decided page by page, each page on a store holding the day's
+    /// stored rows of the page's key range and the stored rows of its keys
+    /// in other days, ends as the same day decided whole: rows, counts and
+    /// ledger entry; and a rewound day reads the same pages again.
+    #[tokio::test]
+    async fn a_day_decided_page_by_page_is_the_day_decided_whole() {
+        let day = NaiveDate::from_ymd_opt(2026, 1, 2).unwrap();
+        let other = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
+        let mut stored = Vec::new();
+        for i in 0..30 {
+            let row = Record::new(format!("k{i:02}"), day, format!("old {i}"), at(1)).unwrap();
+            stored.push(if i % 7 == 0 { row.to_tombstone() } else { row });
+        }
+        for i in 0..5 {
+            stored.push(Record::new(format!("k{i:02}m"), other, "there", at(1)).unwrap());
+        }
+        let mut records = Vec::new();
+        for i in (0..30).step_by(3) {
+            let hour = if i % 2 == 0 { 2 } else { 0 };
+            records.push(Record::new(format!("k{i:02}"), day, "new", at(hour)).unwrap());
+        }
+        for i in 0..5 {
+            records.push(Record::new(format!("k{i:02}m"), day, "moved", at(3)).unwrap());
+            records.push(Record::new(format!("n{i}"), day, "fresh", at(3)).unwrap());
+        }
+        let mut ledger = LedgerEntry::new(day);
+        ledger.listing_watermark = Some(at(0));
+        for mode in [Mode::Merge, Mode::Replace] {
+            let options = WriteOptions::default()
+                .mode(mode)
+                .as_of(at(5))
+                .stream_memory(1);
+            let write = || async {
+                let chunks = records.chunks(4).map(|c| Ok(c.to_vec()));
+                let stamp = || SyncStamp {
+                    at: at(6),
+                    run_id: None,
+                };
+                streamed_day(day, Box::pin(stream::iter(chunks)), options, stamp)
+                    .await
+                    .unwrap()
+            };
+            // Whole.
+            let whole = MemoryStore::from_parts(stored.clone(), [ledger.clone()]);
+            let mut all = write().await;
+            let read = all.read_all().unwrap();
+            let expected = whole.apply_read(&all, &read).unwrap();
+
+            // Page by page.
+            let mut paged = write().await;
+            let mut state: BTreeMap<String, Record> = stored
+                .iter()
+                .map(|r| (r.key().to_owned(), r.clone()))
+                .collect();
+            let (mut counts, mut live, mut after) = (Counts::default(), 0, None::<String>);
+            for pass in 0..2 {
+                if pass == 1 {
+                    assert!(paged.rewind().unwrap());
+                    assert_eq!((paged.read(), paged.is_done()), (0, false));
+                }
+                while let Some(page) = paged.next_page(4, usize::MAX).unwrap() {
+                    if pass == 0 {
+                        continue;
+                    }
+                    // The last page's range runs to the end.
+                    let last = match paged.is_done() {
+                        true => None,
+                        false => page.last().map(|r| r.key().to_owned()),
+                    };
+                    let in_range = |key: &str| {
+                        after.as_deref().is_none_or(|a| key > a)
+                            && last.as_deref().is_none_or(|l| key <= l)
+                    };
+                    let rows: Vec<Record> = state
+                        .values()
+                        .filter(|r| {
+                            (r.event_date() == day && in_range(r.key()))
+                                || page.iter().any(|p| p.key() == r.key())
+                        })
+                        .cloned()
+                        .collect();
+                    let range = MemoryStore::from_parts(rows, [ledger.clone()]);
+                    let done = range.apply_page(&paged, &page).unwrap();
+                    counts += done.counts;
+                    live += done.live;
+                    for row in range.into_parts().0 {
+                        state.insert(row.key().to_owned(), row);
+                    }
+                    after = page.last().map(|r| r.key().to_owned());
+                }
+                after = None;
+            }
+            if mode == Mode::Replace {
+                paged.check_replace(counts.unlisted, live).unwrap();
+            }
+            let finished = MemoryStore::from_parts([], [ledger.clone()]);
+            finished.finish_day(&paged, counts);
+            assert_eq!(counts, expected, "{mode:?}");
+            assert!(counts.unlisted > 0 || mode == Mode::Merge);
+            let (rows, entries) = whole.into_parts();
+            assert_eq!(state.into_values().collect::<Vec<_>>(), rows, "{mode:?}");
+            assert_eq!(finished.into_parts().1, entries, "{mode:?}");
+        }
     }
 }

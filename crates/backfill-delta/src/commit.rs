@@ -187,15 +187,21 @@ async fn write_files<T>(
     writer.flush().await.map_err(backend)
 }
 
+/// Rows in a row group at most: what a writer holds before it writes
+/// them out, and a reader reads at once.
+const ROW_GROUP_ROWS: usize = 1 << 17;
+
 /// How the store's data files are encoded: Snappy, as delta-rs writes
-/// them, with no dictionary for the columns whose values are all or mostly
+/// them, row groups of at most [`ROW_GROUP_ROWS`], with no dictionary for the columns whose values are all or mostly
 /// distinct (a key is in one row of the table; a value and an instant
 /// seldom repeat), where building one costs time and saves no space.
 pub(crate) fn writer_properties() -> WriterProperties {
     [KEY, VALUE, UPDATED_AT]
         .into_iter()
         .fold(
-            WriterProperties::builder().set_compression(Compression::SNAPPY),
+            WriterProperties::builder()
+                .set_compression(Compression::SNAPPY)
+                .set_max_row_group_row_count(Some(ROW_GROUP_ROWS)),
             |builder, column| {
                 builder.set_column_dictionary_enabled(ColumnPath::from(column), false)
             },
@@ -230,7 +236,7 @@ fn file_path(add: &Add) -> Path {
     Path::parse(&add.path).unwrap_or_else(|_| Path::from(add.path.as_str()))
 }
 
-fn partition(day: NaiveDate) -> IndexMap<String, Scalar> {
+pub(crate) fn partition(day: NaiveDate) -> IndexMap<String, Scalar> {
     IndexMap::from([(EVENT_DATE.to_owned(), Scalar::Date(epoch_days(day)))])
 }
 
@@ -360,7 +366,7 @@ fn day_of(values: &std::collections::HashMap<String, Option<String>>) -> Option<
 
 /// Deletes the files a change added and did not commit. Best effort: a file
 /// left behind is in no version and goes with the next `VACUUM`.
-async fn discard(store: &Arc<dyn ObjectStore>, actions: &[Action]) {
+pub(crate) async fn discard(store: &Arc<dyn ObjectStore>, actions: &[Action]) {
     for action in actions {
         if let Action::Add(add) = action {
             let _ = store.delete(&file_path(add)).await;

@@ -123,6 +123,25 @@
 //! that snapshot is decided again on the latest). A backfill writing day
 //! after day so saves a listing of the log per day.
 //!
+//! # Days larger than memory
+//!
+//! A day fetched whole is decided in memory. A streamed day
+//! ([`upsert_stream`](backfill_core::upsert_stream), a fetch that returns
+//! a stream) larger than a page (50 000 records) is decided page by page,
+//! as its pages arrive in key order: each page against the day's stored
+//! rows of its key range only, read from the day's files (sorted by key)
+//! a batch at a time, 50 000 at most at once, by the same reference
+//! decisions; its rows stream to the day's new files, and the guard, the
+//! ledger row and the commit come after the last page, as for a day
+//! fetched whole. Memory holds a page, a range of stored rows, a row group
+//! being written and 8 bytes a key (the keys' hashes, to check other
+//! writers' commits against), whatever the day's size; plus, whole, any
+//! other day whose rows the write changes (records of other days, keys
+//! moving in from one). A day whose rows are all unchanged writes no
+//! records file. A lost race reads the day's pages again from the job's
+//! temporary files. A day whose files are not in key order (compacted by
+//! another engine) is decided whole.
+//!
 //! # Maintenance
 //!
 //! Every write of a day replaces that day's files, so the table does not
@@ -133,6 +152,7 @@
 
 mod commit;
 mod error;
+mod paged;
 mod rows;
 mod s3;
 mod store;

@@ -21,9 +21,11 @@ use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError, ObjectStore};
 use tokio::sync::Mutex;
 
 use crate::commit::{
-    commit, operation, write_days, write_days_with, writer_properties, NewDay, Outcome, ReadSet,
+    commit, discard, operation, write_days, write_days_with, writer_properties, NewDay, Outcome,
+    ReadSet,
 };
 use crate::error::{backend, corrupt, open, Result, BACKEND};
+use crate::paged::{self, Paging};
 use crate::rows::{
     columns_property, declared, delta_columns, recorded_columns, COLUMNS_PROPERTY, EVENT_DATE,
     OWN_COLUMNS,
@@ -55,6 +57,8 @@ pub struct DeltaStore {
     table: Mutex<Latest>,
     /// The rows of the files read lately.
     cache: Cache,
+    /// How a streamed day is read.
+    paging: Paging,
 }
 
 impl fmt::Debug for DeltaStore {
@@ -80,6 +84,7 @@ pub struct DeltaStoreBuilder {
     storage_options: HashMap<String, String>,
     columns: Vec<Column>,
     allow_column_changes: bool,
+    paging: Paging,
 }
 
 impl DeltaStoreBuilder {
@@ -119,6 +124,16 @@ impl DeltaStoreBuilder {
         self
     }
 
+    /// How many records of a streamed day are decided at once, and how many
+    /// of its stored rows (50 000 of each by default): for tests that take
+    /// a small day through the pages a large one is read in.
+    #[doc(hidden)]
+    pub fn page_rows(mut self, rows: usize) -> Self {
+        self.paging.page_rows = rows.max(1);
+        self.paging.range_rows = rows.max(1);
+        self
+    }
+
     /// Opens the table, creating it if there is none, and adds the typed
     /// columns it lacks, filled from its rows.
     ///
@@ -131,12 +146,16 @@ impl DeltaStoreBuilder {
     /// first stored row a new column does not fit (nothing is changed).
     pub async fn open(self) -> Result<DeltaStore> {
         let columns = Columns::new(self.columns)?;
-        DeltaStore::open_table(
+        let store = DeltaStore::open_table(
             &self.location,
             self.storage_options,
             Some((columns, self.allow_column_changes)),
         )
-        .await
+        .await?;
+        Ok(DeltaStore {
+            paging: self.paging,
+            ..store
+        })
     }
 }
 
@@ -161,6 +180,7 @@ impl DeltaStore {
             storage_options: HashMap::new(),
             columns: Vec::new(),
             allow_column_changes: false,
+            paging: Paging::default(),
         }
     }
 
@@ -282,6 +302,7 @@ impl DeltaStore {
                 seen: Instant::now(),
             }),
             cache,
+            paging: Paging::default(),
         })
     }
 
@@ -407,16 +428,28 @@ impl DeltaStore {
             keys: decision.keys,
         };
         let logged = operation(decision.new.keys().copied());
-        let Some(actions) = write_days(
+        let written = decision.written;
+        let rest = match write_days(
             table,
             &self.cache,
             &decision.old,
             decision.new,
             &self.columns,
         )
-        .await?
-        else {
-            return Ok((!reused).then_some(decision.result));
+        .await
+        {
+            Ok(rest) => rest,
+            Err(e) => {
+                discard(&table.object_store(), &written).await;
+                return Err(e);
+            }
+        };
+        let actions: Vec<Action> = match rest {
+            None if written.is_empty() => return Ok((!reused).then_some(decision.result)),
+            rest => written
+                .into_iter()
+                .chain(rest.unwrap_or_default())
+                .collect(),
         };
         match commit(&self.cache, table, actions, &read, logged).await? {
             Outcome::Committed(state) => {
@@ -436,6 +469,83 @@ impl DeltaStore {
                 Ok(None)
             }
         }
+    }
+
+    /// Applies a day read whole (one page): decided in memory.
+    async fn apply_whole(&self, day: DayWrite, records: Vec<Record>) -> Result<Counts> {
+        for record in &records {
+            record.validate()?;
+        }
+        if !self.columns.is_empty() {
+            let mut values = Vec::with_capacity(self.columns.len());
+            for record in &records {
+                values.clear();
+                self.columns.extract_into(record, &mut values)?;
+            }
+        }
+        let probe = Probe::new(records.iter().map(Record::key));
+        let mut own: BTreeSet<NaiveDate> = day.days().iter().copied().collect();
+        own.insert(day.day());
+        for attempt in 1..=MAX_ATTEMPTS {
+            // A day's first attempt may decide on the snapshot this store
+            // has just read or committed.
+            let (table, reused) = self.latest_or_fresh(attempt == 1).await?;
+            let files = Files::of(&table)?;
+            let decision = self
+                .decide_apply(&table, &files, &day, &records, &own, &probe)
+                .await?;
+            if let Some(counts) = self.settle(&table, decision, attempt, reused).await? {
+                return Ok(counts);
+            }
+        }
+        Err(gave_up("applying a day"))
+    }
+
+    /// Applies a streamed day larger than a page, page by page (see the
+    /// `paged` module); `first` is its first page, read already.
+    async fn apply_paged(&self, mut day: DayWrite, first: Vec<Record>) -> Result<Counts> {
+        let mut first = Some(first);
+        for attempt in 1..=MAX_ATTEMPTS {
+            let page = match first.take() {
+                Some(page) => page,
+                None => {
+                    day.rewind()?;
+                    let page = day.next_page(self.paging.page_rows, self.paging.page_bytes)?;
+                    page.unwrap_or_default()
+                }
+            };
+            let (table, reused) = self.latest_or_fresh(attempt == 1).await?;
+            let files = Files::of(&table)?;
+            let store = table.object_store();
+            let reader = self.reader(&store);
+            let decided = paged::decide(
+                &table,
+                &files,
+                reader,
+                &self.columns,
+                self.paging,
+                &mut day,
+                page,
+            )
+            .await?;
+            let Some(paged) = decided else {
+                // Files not in key order: the day is read whole.
+                day.rewind()?;
+                let records = day.read_all()?;
+                return self.apply_whole(day, records).await;
+            };
+            let decision = Decision {
+                old: paged.old,
+                new: paged.new,
+                keys: Some(&paged.keys),
+                written: paged.written,
+                result: paged.counts,
+            };
+            if let Some(counts) = self.settle(&table, decision, attempt, reused).await? {
+                return Ok(counts);
+            }
+        }
+        Err(gave_up("applying a day"))
     }
 
     /// What a day's write makes of the table as `table` has it.
@@ -494,6 +604,7 @@ impl DeltaStore {
             old,
             new,
             keys: Some(probe),
+            written: Vec::new(),
             result: counts,
         })
     }
@@ -546,6 +657,7 @@ impl DeltaStore {
             old,
             new,
             keys: None,
+            written: Vec::new(),
             result: purged,
         })
     }
@@ -572,6 +684,7 @@ impl DeltaStore {
             old,
             new,
             keys: None,
+            written: Vec::new(),
             result: (),
         })
     }
@@ -594,6 +707,8 @@ struct Decision<'a, T> {
     new: BTreeMap<NaiveDate, NewDay>,
     /// The keys written, for a change that may move keys between days.
     keys: Option<&'a Probe<'a>>,
+    /// Actions of files written already (a streamed day's records).
+    written: Vec<Action>,
     result: T,
 }
 
@@ -685,40 +800,20 @@ impl Store for DeltaStore {
 
     async fn apply(&self, day: DayWrite) -> Result<Counts> {
         // The day's pages may be read from the job's temporary files.
-        let (day, records) = tokio::task::spawn_blocking(move || {
+        let paging = self.paging;
+        let (day, first) = tokio::task::spawn_blocking(move || {
             let mut day = day;
-            let records = day.read_all();
-            (day, records)
+            let first = day.next_page(paging.page_rows, paging.page_bytes);
+            (day, first)
         })
         .await
         .map_err(|e| corrupt(format!("reading the day's pages: {e}")))?;
-        let records = records?;
-        for record in &records {
-            record.validate()?;
+        let first = first?.unwrap_or_default();
+        if day.is_done() {
+            self.apply_whole(day, first).await
+        } else {
+            self.apply_paged(day, first).await
         }
-        if !self.columns.is_empty() {
-            let mut values = Vec::with_capacity(self.columns.len());
-            for record in &records {
-                values.clear();
-                self.columns.extract_into(record, &mut values)?;
-            }
-        }
-        let probe = Probe::new(records.iter().map(Record::key));
-        let mut own: BTreeSet<NaiveDate> = day.days().iter().copied().collect();
-        own.insert(day.day());
-        for attempt in 1..=MAX_ATTEMPTS {
-            // A day's first attempt may decide on the snapshot this store
-            // has just read or committed.
-            let (table, reused) = self.latest_or_fresh(attempt == 1).await?;
-            let files = Files::of(&table)?;
-            let decision = self
-                .decide_apply(&table, &files, &day, &records, &own, &probe)
-                .await?;
-            if let Some(counts) = self.settle(&table, decision, attempt, reused).await? {
-                return Ok(counts);
-            }
-        }
-        Err(gave_up("applying a day"))
     }
 
     async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {

@@ -129,8 +129,9 @@ pub(crate) struct DayRows {
 pub(crate) struct Probe<'a> {
     /// Their hashes, sorted.
     hashes: Vec<u64>,
-    /// The keys, in the order of their hashes.
-    keys: Vec<&'a str>,
+    /// The keys, in the order of their hashes; `None` for a probe of
+    /// hashes only, which takes a hash's match for the key's.
+    keys: Option<Vec<&'a str>>,
 }
 
 impl<'a> Probe<'a> {
@@ -140,20 +141,36 @@ impl<'a> Probe<'a> {
         hashed.sort_unstable();
         hashed.dedup();
         let (hashes, keys) = hashed.into_iter().unzip();
-        Probe { hashes, keys }
+        Probe {
+            hashes,
+            keys: Some(keys),
+        }
+    }
+
+    /// A probe of keys by their hashes ([`key_hash`]) only: 8 bytes a key
+    /// whatever its length, for the keys of a day too large to hold. A
+    /// key whose hash it holds is taken as one of its keys (at worst a
+    /// write is decided again for nothing).
+    pub(crate) fn of_hashes(mut hashes: Vec<u64>) -> Probe<'static> {
+        hashes.sort_unstable();
+        hashes.dedup();
+        Probe { hashes, keys: None }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.hashes.is_empty()
     }
 
     /// Whether `key` is one of its keys.
     fn contains(&self, key: &str) -> bool {
         let hash = key_hash(key);
         let from = self.hashes.partition_point(|h| *h < hash);
+        let Some(keys) = &self.keys else {
+            return self.hashes.get(from) == Some(&hash);
+        };
         self.hashes[from..]
             .iter()
-            .zip(&self.keys[from..])
+            .zip(&keys[from..])
             .take_while(|(h, _)| **h == hash)
             .any(|(_, k)| *k == key)
     }
@@ -161,7 +178,7 @@ impl<'a> Probe<'a> {
 
 /// A key's hash (SipHash with fixed keys, so a probe's and a file's agree):
 /// what probes compare before they compare keys.
-fn key_hash(key: &str) -> u64 {
+pub(crate) fn key_hash(key: &str) -> u64 {
     let mut hasher = DefaultHasher::new();
     key.hash(&mut hasher);
     hasher.finish()

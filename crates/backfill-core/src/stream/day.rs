@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDate, Utc};
 
+use super::ingest::Runs;
 use super::merge::Merge;
 use crate::counts::{Counts, Mode};
 use crate::error::{Error, Result};
@@ -64,7 +65,10 @@ enum Pages {
     },
     /// A streamed day's runs, merged as pages are read.
     Runs {
+        runs: Runs,
         merge: Merge<'static>,
+        /// Duplicates collapsed before the merge (within each run).
+        collapsed: u64,
         last_key: Option<String>,
         digest: DigestBuilder,
         ahead: Option<Ahead>,
@@ -165,7 +169,7 @@ impl DayWrite {
         days: Vec<NaiveDate>,
         fetched: u64,
         collapsed: u64,
-        merge: Merge<'static>,
+        (runs, merge): (Runs, Merge<'static>),
         ahead: Option<Ahead>,
     ) -> Self {
         let tally = Tally {
@@ -174,7 +178,9 @@ impl DayWrite {
             ..Tally::default()
         };
         let pages = Pages::Runs {
+            runs,
             merge,
+            collapsed,
             last_key: None,
             digest: DigestBuilder::default(),
             ahead,
@@ -247,6 +253,7 @@ impl DayWrite {
                 last_key,
                 digest,
                 ahead,
+                ..
             } => {
                 let mut page: Vec<Record> = Vec::new();
                 let mut bytes = 0usize;
@@ -271,6 +278,43 @@ impl DayWrite {
                     tally.done.store(true, Relaxed);
                 }
                 Ok((!page.is_empty()).then_some(page))
+            }
+        }
+    }
+
+    /// Makes the day's pages start again from the first: for a store that
+    /// decides a streamed day page by page, as it reads them, and must
+    /// decide it again (another writer's commit changed what it read).
+    /// What was read is forgotten, as if no page had been.
+    ///
+    /// A day fetched whole is one page handed over by value: it is not
+    /// read again, and this returns `false` once it was taken (the store
+    /// holds it already); `true` otherwise.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Spill`]: a temporary file could not be read again.
+    pub fn rewind(&mut self) -> Result<bool> {
+        match &mut self.pages {
+            Pages::Whole { records, .. } => Ok(records.is_some()),
+            Pages::Runs {
+                runs,
+                merge,
+                collapsed,
+                last_key,
+                digest,
+                ..
+            } => {
+                // The old merge's file handles share the offsets the new
+                // one rewinds: it goes first.
+                *merge = Merge::new(Vec::new())?;
+                *merge = runs.merge()?;
+                *last_key = None;
+                *digest = DigestBuilder::default();
+                self.tally.read.store(0, Relaxed);
+                self.tally.collapsed.store(*collapsed, Relaxed);
+                self.tally.done.store(merge.is_empty(), Relaxed);
+                Ok(true)
             }
         }
     }

@@ -23,6 +23,28 @@ fn weight(record: &Record) -> usize {
     record.key().len() + record.value().len() + std::mem::size_of::<Record>()
 }
 
+/// A streamed day's sorted runs once its stream has ended: in temporary
+/// files, and the last one in memory.
+pub(crate) struct Runs {
+    files: Vec<File>,
+    last: std::sync::Arc<Vec<Record>>,
+}
+
+impl Runs {
+    /// Their merge, from the start of every run.
+    pub(super) fn merge(&self) -> Result<Merge<'static>> {
+        let mut sources = Vec::with_capacity(self.files.len() + 1);
+        for run in &self.files {
+            // A clone shares the file's offset: rewound for each merge.
+            let mut file = run.try_clone().map_err(spill_error)?;
+            file.rewind().map_err(spill_error)?;
+            sources.push(Source::File(BufReader::with_capacity(1 << 20, file)));
+        }
+        sources.push(Source::Shared(std::sync::Arc::clone(&self.last), 0));
+        Merge::new(sources)
+    }
+}
+
 /// Receives a streamed day's chunks.
 #[derive(Debug)]
 pub(crate) struct Ingest {
@@ -136,19 +158,17 @@ impl Ingest {
             true => Some(self.ahead(&last)?),
             false => None,
         };
-        let mut sources: Vec<Source<'_>> = self
-            .runs
-            .into_iter()
-            .map(|file| Source::File(BufReader::with_capacity(1 << 20, file)))
-            .collect();
-        sources.push(Source::Memory(last.into_iter()));
-        let merge = Merge::new(sources)?;
+        let runs = Runs {
+            files: self.runs,
+            last: std::sync::Arc::new(last),
+        };
+        let merge = runs.merge()?;
         Ok(DayWrite::runs(
             header,
             self.days.into_iter().collect(),
             self.fetched,
             self.collapsed,
-            merge,
+            (runs, merge),
             ahead,
         ))
     }

@@ -35,7 +35,9 @@ pub(super) fn spill_error(error: std::io::Error) -> Error {
 
 /// One run's records, in order.
 pub(super) enum Source<'a> {
-    Memory(std::vec::IntoIter<Record>),
+    /// A run in memory shared with the day that may read it again (each
+    /// record cloned as the merge reaches it), from this index on.
+    Shared(std::sync::Arc<Vec<Record>>, usize),
     /// A run in memory read without taking it (each record cloned as the
     /// merge reaches it): for a pass before the one that takes.
     Borrowed(std::slice::Iter<'a, Record>),
@@ -45,7 +47,11 @@ pub(super) enum Source<'a> {
 impl Source<'_> {
     pub(super) fn next(&mut self) -> Result<Option<Record>> {
         match self {
-            Source::Memory(records) => Ok(records.next()),
+            Source::Shared(records, next) => {
+                let record = records.get(*next).cloned();
+                *next += 1;
+                Ok(record)
+            }
             Source::Borrowed(records) => Ok(records.next().cloned()),
             Source::File(file) => decode(file).map_err(spill_error),
         }
