@@ -366,3 +366,60 @@ async fn a_streamed_day_over_a_file_not_in_key_order_is_read_whole() {
     assert_eq!((ours.updated, ours.unchanged), (120, 180));
     same_as_memory(&store, &reference).await;
 }
+
+/// Streamed days decided page by page by six writers racing on one table,
+/// three on each of two days, their keys shared (moving between the
+/// days): a writer whose commit lost to one of the same day reads its
+/// pages again and decides again, and the table ends with the rows of the
+/// reference given every day in any order (newer wins).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn streamed_days_racing_on_one_table_end_as_the_reference() {
+    use backfill_core::{upsert_stream, MemoryStore};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let location = dir.path().join("orders");
+    let location = location.to_str().unwrap().to_owned();
+    let writes: Vec<(i64, Vec<Record>)> = (0..6u32)
+        .map(|w| {
+            let d = i64::from(w % 2);
+            let at = Utc.with_ymd_and_hms(2026, 3, 1, w, 0, 0).unwrap();
+            let mut records: Vec<Record> = (0..300u32)
+                .filter(|i| (i + w) % 3 != 0)
+                .map(|i| Record::new(format!("k{i:03}"), day(d), format!("w{w}"), at).unwrap())
+                .collect();
+            records.sort_by(|a, b| a.key().cmp(b.key()));
+            (d, records)
+        })
+        .collect();
+    let first = DeltaStore::builder(location.as_str())
+        .page_rows(40)
+        .open()
+        .await
+        .unwrap();
+    let mut racing = Vec::new();
+    for (d, records) in writes.clone() {
+        let store = Arc::new(
+            DeltaStore::builder(location.as_str())
+                .page_rows(40)
+                .open()
+                .await
+                .unwrap(),
+        );
+        racing.push(tokio::spawn(async move {
+            upsert_stream(&*store, day(d), chunks(records), WriteOptions::default()).await
+        }));
+    }
+    for writer in racing {
+        writer.await.unwrap().unwrap();
+    }
+    let reference = MemoryStore::new();
+    for (d, records) in writes.into_iter().rev() {
+        upsert(&reference, day(d), records, WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        first.rows_with_tombstones().await.unwrap(),
+        reference.rows_with_tombstones().await.unwrap()
+    );
+}
