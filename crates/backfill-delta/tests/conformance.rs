@@ -150,7 +150,7 @@ mod typed_columns {
 /// its server: `scripts/s3-server.sh` starts a local one), a table under a
 /// prefix of each test's own; spread over the buckets `bucket-0` … when
 /// `BACKFILL_S3_SPREAD` says there are that many (a local server lists a
-/// prefix by scanning its whole bucket).
+/// prefix by scanning its whole bucket); streamed days in pages of 3.
 mod s3 {
     use super::*;
     use backfill_testkit as testkit;
@@ -170,8 +170,12 @@ mod s3 {
             n => format!("{bucket}-{}", SPREAD.fetch_add(1, Ordering::Relaxed) % n),
         };
         let location = format!("{bucket}/{}", testkit::unique_schema());
+        // Streamed days in pages of 3: each streamed case reads the day's
+        // stored files a batch at a time through the S3 client.
         Some(
-            DeltaStore::open(&location)
+            DeltaStore::builder(location)
+                .page_rows(3)
+                .open()
                 .await
                 .expect("opening the table on S3"),
         )
