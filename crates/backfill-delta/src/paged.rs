@@ -271,33 +271,11 @@ pub(crate) async fn decide(
         .collect();
 
     let mut hashes = Vec::new();
-    let mut page = first;
-    let decided = loop {
-        for record in &page {
-            record.validate()?;
-            hashes.push(key_hash(record.key()));
-        }
-        if !typed.is_empty() {
-            let mut values = Vec::with_capacity(typed.len());
-            for record in &page {
-                values.clear();
-                typed.extract_into(record, &mut values)?;
-            }
-        }
-        // The last page's range runs to the end.
-        let end = match day.is_done() {
-            true => None,
-            false => page.last().map(|r| r.key().to_owned()),
-        };
-        if !pages.page(day, &page, end.as_deref(), paging).await? {
-            break false;
-        }
-        match day.next_page(paging.page_rows, paging.page_bytes)? {
-            Some(next) => page = next,
-            None => break true,
-        }
-    };
-    if !decided {
+    let decided = pages
+        .all(day, first, paging, &mut hashes)
+        .await
+        .inspect_err(|_| pages.writer.reset());
+    if !decided? {
         pages.writer.reset();
         return Ok(None);
     }
@@ -386,6 +364,43 @@ struct Pages<'a> {
 }
 
 impl Pages<'_> {
+    /// Decides every page, `first` the first, keeping their keys' hashes:
+    /// `false` when the day's files are not in key order.
+    async fn all(
+        &mut self,
+        day: &mut DayWrite,
+        first: Vec<Record>,
+        paging: Paging,
+        hashes: &mut Vec<u64>,
+    ) -> Result<bool> {
+        let mut page = first;
+        loop {
+            for record in &page {
+                record.validate()?;
+                hashes.push(key_hash(record.key()));
+            }
+            if !self.typed.is_empty() {
+                let mut values = Vec::with_capacity(self.typed.len());
+                for record in &page {
+                    values.clear();
+                    self.typed.extract_into(record, &mut values)?;
+                }
+            }
+            // The last page's range runs to the end.
+            let end = match day.is_done() {
+                true => None,
+                false => page.last().map(|r| r.key().to_owned()),
+            };
+            if !self.page(day, &page, end.as_deref(), paging).await? {
+                return Ok(false);
+            }
+            match day.next_page(paging.page_rows, paging.page_bytes)? {
+                Some(next) => page = next,
+                None => return Ok(true),
+            }
+        }
+    }
+
     /// Decides one page, whose range ends at `end` (`None`: at the end of
     /// the key space): `false` when the day's files are not in key order.
     async fn page(

@@ -88,9 +88,12 @@ mod typed_columns {
     impl TypedStore for Harness {
         type Store = DeltaStore;
 
+        /// Streamed days in pages of 7: the streamed case's typed columns
+        /// are written page by page.
         async fn open(&self, columns: &Columns) -> Result<DeltaStore> {
             DeltaStore::builder(self.location())
                 .columns(columns.iter().cloned())
+                .page_rows(7)
                 .open()
                 .await
         }
