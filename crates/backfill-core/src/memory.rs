@@ -134,6 +134,42 @@ impl MemoryStore {
         Ok(counts)
     }
 
+    /// [`MemoryStore::apply_read`], then [`MemoryStore::into_parts`]: the
+    /// counts, and the rows and ledger entries the day leaves, for a store
+    /// that decides a day here and writes back what it leaves. The same
+    /// decisions; when this store holds no row (a day into an empty
+    /// table), its rows are the day's writes as decided, without a map.
+    ///
+    /// # Errors
+    ///
+    /// As [`MemoryStore::apply_read`].
+    pub fn apply_into_parts(
+        self,
+        day: &DayWrite,
+        records: &[Record],
+    ) -> Result<(Counts, Vec<Record>, Vec<LedgerEntry>)> {
+        let mut state = self
+            .state
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let decided = decide(&state, day, records)?;
+        if day.as_of().is_some() {
+            day.check_replace(decided.counts.unlisted, decided.live)?;
+        }
+        let counts = decided.counts;
+        synced(&mut state, day, counts);
+        let rows = if state.rows.is_empty() {
+            // In key order already, as the records are; nothing stored,
+            // so nothing unlisted.
+            debug_assert!(decided.unlisted.is_empty());
+            decided.writes
+        } else {
+            decided.write(&mut state);
+            state.rows.into_values().collect()
+        };
+        Ok((counts, rows, state.days.into_values().collect()))
+    }
+
     /// One page of a day decided here, for a store that decides a day too
     /// large for memory page by page ([`DayWrite::next_page`]): this store
     /// holds the day's stored rows in the page's key range (after the
@@ -497,6 +533,53 @@ mod tests {
             let (rows, entries) = whole.into_parts();
             assert_eq!(state.into_values().collect::<Vec<_>>(), rows, "{mode:?}");
             assert_eq!(finished.into_parts().1, entries, "{mode:?}");
+        }
+    }
+
+    /// A day decided into parts leaves the rows, ledger and counts of the
+    /// same day applied, into an empty store and into one holding rows.
+    #[tokio::test]
+    async fn a_day_decided_into_parts_is_the_day_applied() {
+        let day = NaiveDate::from_ymd_opt(2026, 1, 2).unwrap();
+        let mut ledger = LedgerEntry::new(day);
+        ledger.listing_watermark = Some(at(1));
+        let records: Vec<Record> = (0..10)
+            .map(|i| {
+                let record = Record::new(format!("k{i}"), day, "v", at(i)).unwrap();
+                if i % 4 == 0 {
+                    record.to_tombstone()
+                } else {
+                    record
+                }
+            })
+            .collect();
+        let stored = [
+            Record::new("k3", day, "old", at(5)).unwrap(),
+            Record::new("j", day, "x", at(0)).unwrap(),
+        ];
+        for held in [Vec::new(), stored.to_vec()] {
+            for mode in [Mode::Merge, Mode::Replace] {
+                let options = WriteOptions::default().mode(mode).as_of(at(3));
+                let stamp = SyncStamp {
+                    at: at(6),
+                    run_id: None,
+                };
+                let mut write =
+                    crate::write::whole_day(day, records.clone(), options, stamp).unwrap();
+                let read = write.read_all().unwrap();
+                let applied = MemoryStore::from_parts(held.clone(), [ledger.clone()]);
+                let counts = applied.apply_read(&write, &read).unwrap();
+                let parts = MemoryStore::from_parts(held.clone(), [ledger.clone()])
+                    .apply_into_parts(&write, &read)
+                    .unwrap();
+                let (rows, entries) = applied.into_parts();
+                assert_eq!(
+                    parts,
+                    (counts, rows, entries),
+                    "{mode:?}, holding {}",
+                    held.len()
+                );
+            }
         }
     }
 }

@@ -577,7 +577,7 @@ impl DeltaStore {
             old.values().flat_map(|rows| rows.records.values().cloned()),
             old.values().filter_map(|rows| rows.ledger.clone()),
         );
-        let counts = memory.apply_read(day, records)?;
+        let (counts, rows, ledger) = memory.apply_into_parts(day, records)?;
         let mut new: BTreeMap<NaiveDate, NewDay> = whole
             .iter()
             .map(|&d| {
@@ -588,7 +588,6 @@ impl DeltaStore {
                 (d, day)
             })
             .collect();
-        let (rows, ledger) = memory.into_parts();
         for row in rows {
             let Some(to) = new.get_mut(&row.event_date()) else {
                 return Err(corrupt(format!("a row of an unread day: {row:?}")));
