@@ -447,6 +447,8 @@ mod tests {
         for i in 0..5 {
             stored.push(Record::new(format!("k{i:02}m"), other, "there", at(1)).unwrap());
         }
+        // After every record's key: decided in the last range only.
+        stored.push(Record::new("z", day, "last", at(1)).unwrap());
         let mut records = Vec::new();
         for i in (0..30).step_by(3) {
             let hour = if i % 2 == 0 { 2 } else { 0 };
@@ -491,15 +493,18 @@ mod tests {
                     assert!(paged.rewind().unwrap());
                     assert_eq!((paged.read(), paged.is_done()), (0, false));
                 }
+                // Each page's range ends at its last key; once no page is
+                // left, a last range with no record runs to the end.
+                let mut pages = Vec::new();
                 while let Some(page) = paged.next_page(4, usize::MAX).unwrap() {
+                    let last = page.last().map(|r| r.key().to_owned());
+                    pages.push((page, last));
+                }
+                pages.push((Vec::new(), None));
+                for (page, last) in pages {
                     if pass == 0 {
                         continue;
                     }
-                    // The last page's range runs to the end.
-                    let last = match paged.is_done() {
-                        true => None,
-                        false => page.last().map(|r| r.key().to_owned()),
-                    };
                     let in_range = |key: &str| {
                         after.as_deref().is_none_or(|a| key > a)
                             && last.as_deref().is_none_or(|l| key <= l)
@@ -519,7 +524,7 @@ mod tests {
                     for row in range.into_parts().0 {
                         state.insert(row.key().to_owned(), row);
                     }
-                    after = page.last().map(|r| r.key().to_owned());
+                    after = last;
                 }
                 after = None;
             }

@@ -241,12 +241,27 @@ pub(crate) fn partition(day: NaiveDate) -> IndexMap<String, Scalar> {
 }
 
 /// Commits `actions` on top of `table`'s snapshot, or of a later version
-/// whose commits since do not conflict with `read`. On [`Outcome::Lost`]
-/// the files the actions add are deleted.
+/// whose commits since do not conflict with `read`. Unless it commits, the
+/// files the actions add are deleted.
 pub(crate) async fn commit(
     cache: &Cache,
     table: &DeltaTable,
     actions: Vec<Action>,
+    read: &ReadSet<'_>,
+    operation: DeltaOperation,
+) -> Result<Outcome> {
+    let outcome = try_commit(cache, table, &actions, read, operation).await;
+    if !matches!(outcome, Ok(Outcome::Committed(_))) {
+        discard(&table.object_store(), &actions).await;
+    }
+    outcome
+}
+
+/// [`commit`], the files left to it.
+async fn try_commit(
+    cache: &Cache,
+    table: &DeltaTable,
+    actions: &[Action],
     read: &ReadSet<'_>,
     operation: DeltaOperation,
 ) -> Result<Outcome> {
@@ -269,32 +284,29 @@ pub(crate) async fn commit(
             .with_max_retries(0)
             .with_cleanup_expired_logs(checkpoint.then_some(true).or(Some(false)));
         let committed = CommitBuilder::from(properties)
-            .with_actions(actions.clone())
+            .with_actions(actions.to_vec())
             .build(Some(snapshot), table.log_store(), operation.clone())
             .await;
         match committed {
             Ok(done) => return Ok(Outcome::Committed(Box::new(done.snapshot))),
             Err(e) if lost_race(&e) => {}
-            Err(e) => {
-                discard(&store, &actions).await;
-                return Err(backend(e));
-            }
+            Err(e) => return Err(backend(e)),
         }
         let from = table.version().unwrap_or_default();
         table.update_state().await.map_err(backend)?;
         let to = table.version().unwrap_or_default();
         for version in from + 1..=to {
-            let winner = match table.log_store().read_commit_entry(version).await {
-                Ok(Some(bytes)) => get_actions(version, &bytes).map_err(backend)?,
+            let winner = match table
+                .log_store()
+                .read_commit_entry(version)
+                .await
+                .map_err(backend)?
+            {
+                Some(bytes) => get_actions(version, &bytes).map_err(backend)?,
                 // Cleaned up already: its changes cannot be told apart.
-                Ok(None) => Vec::new(),
-                Err(e) => {
-                    discard(&store, &actions).await;
-                    return Err(backend(e));
-                }
+                None => Vec::new(),
             };
             if winner.is_empty() || conflicts(reader, &winner, read).await? {
-                discard(&store, &actions).await;
                 return Ok(Outcome::Lost);
             }
         }
@@ -303,7 +315,6 @@ pub(crate) async fn commit(
             // look again in a moment.
             unseen += 1;
             if unseen > 20 {
-                discard(&store, &actions).await;
                 return Ok(Outcome::Lost);
             }
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -386,23 +386,24 @@ impl Pages<'_> {
                     self.typed.extract_into(record, &mut values)?;
                 }
             }
-            // The last page's range runs to the end.
-            let end = match day.is_done() {
-                true => None,
-                false => page.last().map(|r| r.key().to_owned()),
-            };
+            let end = page.last().map(|r| r.key().to_owned());
             if !self.page(day, &page, end.as_deref(), paging).await? {
                 return Ok(false);
             }
             match day.next_page(paging.page_rows, paging.page_bytes)? {
                 Some(next) => page = next,
-                None => return Ok(true),
+                // The stored rows after the last page's last key, with no
+                // record: whether a page is the last is known only once the
+                // next is asked for (losing versions of its last key may
+                // follow it).
+                None => return self.page(day, &[], None, paging).await,
             }
         }
     }
 
     /// Decides one page, whose range ends at `end` (`None`: at the end of
-    /// the key space): `false` when the day's files are not in key order.
+    /// the key space, for the stored rows after the last page): `false`
+    /// when the day's files are not in key order.
     async fn page(
         &mut self,
         day: &DayWrite,

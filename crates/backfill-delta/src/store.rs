@@ -412,6 +412,7 @@ impl DeltaStore {
                 .iter()
                 .map(|c| (c.name(), Some(c.column_type()))))
         {
+            discard(&table.object_store(), &decision.written).await;
             return Err(open(format!(
                 "the typed columns of the Delta table at {} changed since it was opened: open it \
                  again",

@@ -423,3 +423,57 @@ async fn streamed_days_racing_on_one_table_end_as_the_reference() {
         reference.rows_with_tombstones().await.unwrap()
     );
 }
+
+/// A streamed day whose last page ends on a key with losing versions of it
+/// still queued behind (in another of the day's sorted runs) still decides
+/// the day's stored rows after that key: kept in a merge, listed away in
+/// a listing, as the reference does.
+#[tokio::test]
+async fn the_stored_rows_after_a_streamed_days_last_key_are_decided() {
+    use backfill_core::{upsert_stream, MemoryStore, Mode, ReplaceGuard};
+    for mode in [Mode::Merge, Mode::Replace] {
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().join("orders");
+        let store = DeltaStore::builder(location.to_str().unwrap())
+            .page_rows(2)
+            .open()
+            .await
+            .unwrap();
+        let reference = MemoryStore::new();
+        let stored = records(0, 30, 0);
+        for s in [&store as &dyn Store, &reference] {
+            upsert(s, day(0), stored.clone(), WriteOptions::default())
+                .await
+                .unwrap();
+        }
+        let at = |hour| Utc.with_ymd_and_hms(2026, 3, 1, hour, 0, 0).unwrap();
+        let version = |i: usize, value: &str, hour| {
+            Record::new(stored[i].key(), day(0), value, at(hour)).unwrap()
+        };
+        // Each chunk a run of its own: the page [0 newer, 1 newest] is
+        // full while key 1's older version waits in the other run.
+        let stream = || {
+            let chunks: Vec<Result<Vec<Record>, std::convert::Infallible>> = vec![
+                Ok(vec![version(0, "newer", 11), version(1, "newest", 12)]),
+                Ok(vec![version(1, "newer", 11)]),
+            ];
+            futures_util::stream::iter(chunks)
+        };
+        let options = WriteOptions::default()
+            .mode(mode)
+            .as_of(at(13))
+            .replace_guard(ReplaceGuard::off())
+            .stream_memory(0);
+        let ours = upsert_stream(&store, day(0), stream(), options)
+            .await
+            .unwrap();
+        let theirs = upsert_stream(&reference, day(0), stream(), options)
+            .await
+            .unwrap();
+        assert_eq!(ours, theirs, "{mode:?}");
+        assert_eq!(ours.updated, 2, "{mode:?}");
+        same_as_memory(&store, &reference).await;
+        let live = store.day_rows(day(0)).await.unwrap().len();
+        assert_eq!(live, if mode == Mode::Merge { 30 } else { 2 }, "{mode:?}");
+    }
+}
