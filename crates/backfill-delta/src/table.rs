@@ -30,8 +30,12 @@ pub(crate) struct DataFile {
     pub(crate) size: u64,
     /// Its partition.
     pub(crate) day: NaiveDate,
-    /// The smallest and largest key of its statistics, if it has them.
+    /// The smallest and largest key of its statistics, if it has them
+    /// (and its largest is not truncated).
     pub(crate) keys: Option<(String, String)>,
+    /// The smallest key of its statistics (or a prefix of it), if it has
+    /// them.
+    pub(crate) min_key: Option<String>,
     /// The action that removes it.
     pub(crate) remove: Remove,
 }
@@ -40,9 +44,9 @@ impl DataFile {
     /// Whether the file may hold a ledger row (the smallest key of a file
     /// that holds one starts with a NUL; a file without statistics may).
     pub(crate) fn may_hold_ledger(&self) -> bool {
-        self.keys
+        self.min_key
             .as_ref()
-            .is_none_or(|(min, _)| min.starts_with('\0') || LEDGER_PREFIX.starts_with(min.as_str()))
+            .is_none_or(|min| min.starts_with('\0') || LEDGER_PREFIX.starts_with(min.as_str()))
     }
 
     /// Whether the file may hold a record whose key is in `first..=last`.
@@ -80,12 +84,16 @@ impl Files {
             let day: NaiveDate = day
                 .parse()
                 .map_err(|e| corrupt(format!("{}: event_date {day:?}: {e}", view.path())))?;
-            let keys = view.stats().and_then(|stats| key_range(&stats));
+            let (min_key, keys) = view
+                .stats()
+                .map(|stats| key_range(&stats))
+                .unwrap_or_default();
             files.by_day.entry(day).or_default().push(DataFile {
                 path: view.object_store_path(),
                 size: view.size().max(0) as u64,
                 day,
                 keys,
+                min_key,
                 remove: view.remove_action(true),
             });
         }
@@ -103,13 +111,22 @@ impl Files {
     }
 }
 
-/// The smallest and largest key in a file's statistics.
-fn key_range(stats: &str) -> Option<(String, String)> {
-    let stats: serde_json::Value = serde_json::from_str(stats).ok()?;
-    let min = stats.get("minValues")?.get(KEY)?.as_str()?.to_owned();
-    let max = stats.get("maxValues")?.get(KEY)?.as_str()?.to_owned();
-    // Statistics may truncate a long key: the maximum is then no bound.
-    (max.chars().count() < 32).then_some((min, max))
+/// The smallest key in a file's statistics, and its smallest and largest
+/// when both bound its keys.
+fn key_range(stats: &str) -> (Option<String>, Option<(String, String)>) {
+    let Ok(stats) = serde_json::from_str::<serde_json::Value>(stats) else {
+        return (None, None);
+    };
+    let key = |of: &str| Some(stats.get(of)?.get(KEY)?.as_str()?.to_owned());
+    let (min, max) = (key("minValues"), key("maxValues"));
+    // Statistics may truncate a long key: a truncated minimum is a prefix
+    // of the smallest key, still a lower bound; the maximum is then no
+    // bound.
+    let range = min
+        .clone()
+        .zip(max)
+        .filter(|(_, max)| max.chars().count() < 32);
+    (min, range)
 }
 
 /// What a day's files hold.
@@ -391,4 +408,55 @@ impl Reader<'_> {
 
 fn parquet(e: deltalake::parquet::errors::ParquetError) -> backfill_core::Error {
     backend(deltalake::DeltaTableError::Parquet { source: e })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file of keys longer than statistics keep (a UUID's 36 characters)
+    /// has no key range, but its smallest key still tells that it holds no
+    /// ledger row: a day's ledger is read from its ledger file alone.
+    #[test]
+    fn long_keys_leave_a_lower_bound_that_tells_ledger_files_apart() {
+        let uuid = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        let stats = |min: &str, max: &str| {
+            serde_json::json!({
+                "numRecords": 2,
+                "minValues": {"key": min},
+                "maxValues": {"key": max},
+            })
+            .to_string()
+        };
+        let (min, range) = key_range(&stats(&uuid[..32], uuid));
+        assert_eq!((min.as_deref(), range), (Some(&uuid[..32]), None));
+        let (min, range) = key_range(&stats("a", "b"));
+        assert_eq!(min.as_deref(), Some("a"));
+        assert_eq!(range, Some(("a".to_owned(), "b".to_owned())));
+        assert_eq!(key_range("not json"), (None, None));
+
+        let file = |min_key: Option<&str>| DataFile {
+            path: Path::from("f.parquet"),
+            size: 1,
+            day: NaiveDate::from_ymd_opt(2026, 1, 1).unwrap(),
+            keys: None,
+            min_key: min_key.map(str::to_owned),
+            remove: Remove {
+                path: "f.parquet".into(),
+                deletion_timestamp: None,
+                data_change: true,
+                extended_file_metadata: None,
+                partition_values: None,
+                size: None,
+                tags: None,
+                deletion_vector: None,
+                base_row_id: None,
+                default_row_commit_version: None,
+            },
+        };
+        assert!(!file(Some(&uuid[..32])).may_hold_ledger());
+        assert!(file(Some("\0backfill.ledger:2026-01-01")).may_hold_ledger());
+        assert!(file(None).may_hold_ledger(), "no statistics: it may");
+        assert!(file(None).may_hold_keys("a", "b"));
+    }
 }
