@@ -4,8 +4,9 @@
 //! The day's pages ([`DayWrite::next_page`]) come in key order, and the
 //! store's own files of a day are sorted by key: each page is decided
 //! against the day's stored rows of its key range only (after the last
-//! key decided, up to the page's last key; the last page's range runs to
-//! the end), read from the day's files a batch at a time, at most
+//! key decided, up to the page's last key; once no page is left, a range
+//! with no record runs to the end), read from the day's files a batch at
+//! a time, at most
 //! [`Paging::range_rows`] of them at once (a range holding more is decided
 //! in parts). Each range is decided by the reference store
 //! ([`MemoryStore::apply_page`]) and its rows streamed to the day's new
