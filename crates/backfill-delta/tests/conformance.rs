@@ -3,10 +3,17 @@
 
 use backfill_delta::DeltaStore;
 
+// Streamed days in pages of 3 records, 3 stored rows decided at a time:
+// each streamed case's day goes through the pages a day too large for
+// memory is read in (ranges split, unchanged ranges copied once one
+// changes, listings across pages, keys moving between days); a day
+// fetched whole is one page, decided in memory.
 backfill_core::conformance_tests!(with_guard: async {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let location = dir.path().join("table");
-    let store = DeltaStore::open(location.to_str().unwrap())
+    let store = DeltaStore::builder(location.to_str().unwrap())
+        .page_rows(3)
+        .open()
         .await
         .expect("opening the table");
     (store, dir)
@@ -185,24 +192,4 @@ mod s3 {
     }
 
     backfill_core::conformance_tests!(optional: store());
-}
-
-/// Every case again on a local table whose store reads a streamed day in
-/// pages of 3 records and decides 3 stored rows at a time: each streamed
-/// case's day goes through the pages a day too large for memory is read
-/// in (ranges split, unchanged ranges copied once one changes, listings
-/// across pages, keys moving between days).
-mod paged {
-    use super::*;
-
-    backfill_core::conformance_tests!(with_guard: async {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let location = dir.path().join("table");
-        let store = DeltaStore::builder(location.to_str().unwrap())
-            .page_rows(3)
-            .open()
-            .await
-            .expect("opening the table");
-        (store, dir)
-    });
 }
