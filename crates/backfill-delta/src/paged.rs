@@ -40,8 +40,8 @@ use futures_util::TryStreamExt;
 
 use crate::commit::{partition, writer_properties, NewDay};
 use crate::error::{backend, corrupt, Result};
-use crate::rows::{batch_rows, records_batch, Row};
-use crate::table::{key_hash, DataFile, DayRows, Files, Probe, Reader};
+use crate::rows::{batch_rows, check_records, records_batch, Row};
+use crate::table::{key_hash, parquet, DataFile, DayRows, Files, Probe, Reader};
 
 /// How large the pieces of a streamed day are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -376,17 +376,8 @@ impl Pages<'_> {
     ) -> Result<bool> {
         let mut page = first;
         loop {
-            for record in &page {
-                record.validate()?;
-                hashes.push(key_hash(record.key()));
-            }
-            if !self.typed.is_empty() {
-                let mut values = Vec::with_capacity(self.typed.len());
-                for record in &page {
-                    values.clear();
-                    self.typed.extract_into(record, &mut values)?;
-                }
-            }
+            check_records(&page, self.typed)?;
+            hashes.extend(page.iter().map(|record| key_hash(record.key())));
             let end = page.last().map(|r| r.key().to_owned());
             if !self.page(day, &page, end.as_deref(), paging).await? {
                 return Ok(false);
@@ -539,8 +530,4 @@ impl Pages<'_> {
             .map_err(backend)?;
         Ok(())
     }
-}
-
-fn parquet(e: deltalake::parquet::errors::ParquetError) -> backfill_core::Error {
-    backend(deltalake::DeltaTableError::Parquet { source: e })
 }

@@ -254,6 +254,22 @@ impl Row {
     }
 }
 
+/// Refuses, before anything is written, a record that breaks the record
+/// rules or that a typed column does not fit.
+pub(crate) fn check_records(records: &[Record], typed: &Columns) -> Result<()> {
+    for record in records {
+        record.validate()?;
+    }
+    if !typed.is_empty() {
+        let mut values = Vec::with_capacity(typed.len());
+        for record in records {
+            values.clear();
+            typed.extract_into(record, &mut values)?;
+        }
+    }
+    Ok(())
+}
+
 /// The rows of one batch read from a data file of partition `day`.
 pub(crate) fn batch_rows(batch: &RecordBatch, day: NaiveDate, rows: &mut Vec<Row>) -> Result<()> {
     let keys = text_column(batch, KEY)?;

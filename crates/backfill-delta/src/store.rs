@@ -27,8 +27,8 @@ use crate::commit::{
 use crate::error::{backend, corrupt, open, Result, BACKEND};
 use crate::paged::{self, Paging};
 use crate::rows::{
-    columns_property, declared, delta_columns, recorded_columns, COLUMNS_PROPERTY, EVENT_DATE,
-    OWN_COLUMNS,
+    check_records, columns_property, declared, delta_columns, recorded_columns, COLUMNS_PROPERTY,
+    EVENT_DATE, OWN_COLUMNS,
 };
 use crate::table::{Cache, DayRows, Files, Probe, Reader};
 
@@ -474,16 +474,7 @@ impl DeltaStore {
 
     /// Applies a day read whole (one page): decided in memory.
     async fn apply_whole(&self, day: DayWrite, records: Vec<Record>) -> Result<Counts> {
-        for record in &records {
-            record.validate()?;
-        }
-        if !self.columns.is_empty() {
-            let mut values = Vec::with_capacity(self.columns.len());
-            for record in &records {
-                values.clear();
-                self.columns.extract_into(record, &mut values)?;
-            }
-        }
+        check_records(&records, &self.columns)?;
         let probe = Probe::new(records.iter().map(Record::key));
         let mut own: BTreeSet<NaiveDate> = day.days().iter().copied().collect();
         own.insert(day.day());

@@ -406,7 +406,8 @@ impl Reader<'_> {
     }
 }
 
-fn parquet(e: deltalake::parquet::errors::ParquetError) -> backfill_core::Error {
+/// A Parquet error as the store reports it.
+pub(crate) fn parquet(e: deltalake::parquet::errors::ParquetError) -> backfill_core::Error {
     backend(deltalake::DeltaTableError::Parquet { source: e })
 }
 
