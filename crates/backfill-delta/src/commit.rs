@@ -30,6 +30,7 @@ use deltalake::table::state::DeltaTableState;
 use deltalake::writer::{DeltaWriter, RecordBatchWriter, WriteMode};
 use deltalake::{DeltaTable, DeltaTableError, ObjectStore, Path};
 use indexmap::IndexMap;
+use tokio::task::JoinHandle;
 
 use crate::error::{backend, Result};
 use crate::rows::{epoch_days, records_batch, Row, EVENT_DATE, KEY, UPDATED_AT, VALUE};
@@ -71,21 +72,134 @@ pub(crate) async fn write_days(
     old: &BTreeMap<NaiveDate, DayRows>,
     new: BTreeMap<NaiveDate, NewDay>,
     typed: &Columns,
+    ahead: Option<Ahead<'_>>,
 ) -> Result<Option<Vec<Action>>> {
-    let writer = || {
-        RecordBatchWriter::for_table(table)
-            .map(|writer| writer.with_writer_properties(writer_properties()))
-            .map_err(backend)
-    };
-    write_days_with(writer, cache, old, new, typed, false).await
+    write_days_with(|| new_writer(table), cache, old, new, typed, false, ahead).await
+}
+
+/// A writer of the store's data files into `table`.
+fn new_writer(table: &DeltaTable) -> Result<RecordBatchWriter> {
+    RecordBatchWriter::for_table(table)
+        .map(|writer| writer.with_writer_properties(writer_properties()))
+        .map_err(backend)
+}
+
+/// A day's records file written on a thread of its own while the write is
+/// decided, when the day's rows will most likely be its records as they
+/// came: a day new to the table, none of whose keys another day holds (a
+/// backfill into a new table, a daily sync's new day). Encoding the file
+/// is most of a day's time, and deciding the day needs none of it, so the
+/// two run at once. The file is taken when the decision's rows for the
+/// day are those records, and deleted otherwise, or when the write fails
+/// or is dropped.
+pub(crate) struct Ahead<'a> {
+    day: NaiveDate,
+    /// The records written, in order.
+    records: &'a [Record],
+    /// Their keys' hashes, sorted, once known: the file's rows are kept
+    /// in the cache without hashing them again.
+    hashes: Option<&'a [u64]>,
+    store: Arc<dyn ObjectStore>,
+    task: Option<JoinHandle<Result<Vec<Add>>>>,
+}
+
+impl<'a> Ahead<'a> {
+    /// Starts writing `records` (all of `day`, in key order) to a file of
+    /// their own in `table`.
+    pub(crate) fn start(
+        table: &DeltaTable,
+        day: NaiveDate,
+        records: &'a [Record],
+        typed: &Columns,
+    ) -> Result<Self> {
+        let batch = records_batch(records.iter(), None, typed)?;
+        let mut writer = new_writer(table)?;
+        // A thread of its own, not a task: a task spawned here waits for
+        // this one to yield before another worker may take it.
+        let runtime = tokio::runtime::Handle::current();
+        let task = tokio::task::spawn_blocking(move || {
+            runtime.block_on(async move {
+                writer
+                    .write_partition(batch, &partition(day), WriteMode::Default)
+                    .await
+                    .map_err(backend)?;
+                writer.flush().await.map_err(backend)
+            })
+        });
+        Ok(Ahead {
+            day,
+            records,
+            hashes: None,
+            store: table.object_store(),
+            task: Some(task),
+        })
+    }
+
+    /// The sorted hashes of its records' keys.
+    pub(crate) fn set_hashes(&mut self, hashes: &'a [u64]) {
+        self.hashes = Some(hashes);
+    }
+
+    /// Whether its file holds exactly `records`.
+    fn holds(&self, records: &[Record]) -> bool {
+        self.records == records
+    }
+
+    /// The files written, once they are.
+    async fn finish(mut self) -> Result<Vec<Add>> {
+        let task = self.task.take().expect("a task until finished");
+        task.await
+            .map_err(|e| backend(DeltaTableError::Generic(e.to_string())))?
+    }
+
+    /// Deletes the files, once written.
+    pub(crate) async fn discard(mut self) {
+        if let Some(task) = self.task.take() {
+            delete_written(&self.store, task).await;
+        }
+    }
+}
+
+impl Drop for Ahead<'_> {
+    /// Neither taken nor discarded (the write was dropped mid-way): the
+    /// files are deleted once written, if the runtime still runs.
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let store = Arc::clone(&self.store);
+                runtime.spawn(async move { delete_written(&store, task).await });
+            } else {
+                task.abort();
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Ahead<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ahead")
+            .field("day", &self.day)
+            .field("records", &self.records.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Deletes the files `task` writes, once it has.
+async fn delete_written(store: &Arc<dyn ObjectStore>, task: JoinHandle<Result<Vec<Add>>>) {
+    if let Ok(Ok(added)) = task.await {
+        for add in added {
+            let _ = store.delete(&file_path(&add)).await;
+        }
+    }
 }
 
 /// [`write_days`] through the writers `writer` makes; with `every_file`,
 /// each old file is removed and each new day written whole, changed or not
-/// (a change of the table's columns). The rows of each new file are moved
-/// into `cache`: the next write of its day, a probe by another day's write
-/// and a conflict check read them from memory (a file whose commit loses
-/// is never read).
+/// (a change of the table's columns). A day whose records `ahead` has
+/// written takes its file; otherwise `ahead`'s file is deleted. The rows of
+/// each new file are moved into `cache`: the next write of its day, a probe
+/// by another day's write and a conflict check read them from memory (a
+/// file whose commit loses is never read).
 pub(crate) async fn write_days_with(
     writer: impl Fn() -> Result<RecordBatchWriter>,
     cache: &Cache,
@@ -93,7 +207,40 @@ pub(crate) async fn write_days_with(
     mut new: BTreeMap<NaiveDate, NewDay>,
     typed: &Columns,
     every_file: bool,
+    mut ahead: Option<Ahead<'_>>,
 ) -> Result<Option<Vec<Action>>> {
+    // The day `ahead` wrote, when its rows are those records: its file is
+    // taken, and its rows made ready for the cache while the file is
+    // finished.
+    let ahead_day = |ahead: &Ahead<'_>| {
+        let fresh = old.get(&ahead.day).is_none_or(|old| old.files.is_empty());
+        fresh
+            && new
+                .get(&ahead.day)
+                .is_some_and(|new| ahead.holds(&new.records))
+    };
+    let ready = match ahead.take_if(|ahead| ahead_day(ahead)) {
+        Some(written) => {
+            let records = match new.get_mut(&written.day) {
+                Some(day) => std::mem::take(&mut day.records),
+                None => Vec::new(),
+            };
+            let rows = cache
+                .admits(records.iter().map(Row::record_size).sum())
+                .then(|| {
+                    let rows = records.into_iter().map(Row::Record).collect();
+                    Arc::new(match written.hashes {
+                        Some(hashes) => FileRows::with_hashes(rows, hashes.to_vec()),
+                        None => FileRows::new(rows),
+                    })
+                });
+            Some((written, rows))
+        }
+        None => None,
+    };
+    if let Some(unused) = ahead {
+        unused.discard().await;
+    }
     let empty = DayRows::default();
     let mut removes = Vec::new();
     let mut records_of: Vec<(NaiveDate, &[Record])> = Vec::new();
@@ -137,19 +284,32 @@ pub(crate) async fn write_days_with(
             }
         }
     }
-    if removes.is_empty() && records_of.is_empty() && ledgers.is_empty() {
+    let taken = ready.as_ref().map(|(written, _)| written.day);
+    if removes.is_empty() && records_of.is_empty() && ledgers.is_empty() && ready.is_none() {
         return Ok(None);
     }
     // The two kinds of file by two writers at once: a day's ledger row is
     // a file of its own, and its write need not wait for the records'.
     let (records_added, ledgers_added) = futures_util::try_join!(
-        write_files(&writer, &records_of, typed, records_of_day),
+        async {
+            let mut added = write_files(&writer, &records_of, typed, records_of_day).await?;
+            if let Some((written, rows)) = ready {
+                let day = written.day;
+                let files = written.finish().await?;
+                if let Some((path, rows)) = only_file(&files, day).zip(rows) {
+                    cache.put(&path, &rows);
+                }
+                added.extend(files);
+            }
+            Ok(added)
+        },
         write_files(&writer, &ledgers, typed, ledger_of_day),
     )?;
     for (&day, written) in &mut new {
-        // A day too large for the cache is not turned into its rows.
+        // A day too large for the cache is not turned into its rows (nor
+        // the day `ahead` wrote, whose rows are in the cache already).
         let fits = cache.admits(written.records.iter().map(Row::record_size).sum());
-        if let Some(path) = only_file(&records_added, day).filter(|_| fits) {
+        if let Some(path) = only_file(&records_added, day).filter(|_| fits && Some(day) != taken) {
             let records = std::mem::take(&mut written.records);
             let rows = records.into_iter().map(Row::Record).collect();
             cache.put(&path, &Arc::new(FileRows::new(rows)));

@@ -53,6 +53,14 @@
 //! [`skip_unchanged`](backfill_core::WriteOptions::skip_unchanged) an
 //! identical re-run commits no version).
 //!
+//! A day new to the table most likely becomes its records as they came (a
+//! backfill into a new table, a daily sync's new day), so while such a day
+//! is decided, its records' file is already being written on a thread of
+//! its own (when no other day is being applied through the store, so that
+//! a core is free for it). The file is committed if the day's rows are
+//! those records, and deleted if they are not (a stale version of a key
+//! another day holds newer, another writer's commit of the same day).
+//!
 //! Readers that want the live rows filter on the tombstone marker:
 //!
 //! ```sql

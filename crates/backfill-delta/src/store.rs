@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,8 +22,8 @@ use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError, ObjectStore};
 use tokio::sync::Mutex;
 
 use crate::commit::{
-    commit, discard, operation, write_days, write_days_with, writer_properties, NewDay, Outcome,
-    ReadSet,
+    commit, discard, operation, write_days, write_days_with, writer_properties, Ahead, NewDay,
+    Outcome, ReadSet,
 };
 use crate::error::{backend, corrupt, open, Result, BACKEND};
 use crate::paged::{self, Paging};
@@ -59,6 +60,8 @@ pub struct DeltaStore {
     cache: Cache,
     /// How a streamed day is read.
     paging: Paging,
+    /// Days being applied through this store now.
+    applying: AtomicUsize,
 }
 
 impl fmt::Debug for DeltaStore {
@@ -303,6 +306,7 @@ impl DeltaStore {
             }),
             cache,
             paging: Paging::default(),
+            applying: AtomicUsize::new(0),
         })
     }
 
@@ -413,6 +417,9 @@ impl DeltaStore {
                 .map(|c| (c.name(), Some(c.column_type()))))
         {
             discard(&table.object_store(), &decision.written).await;
+            if let Some(ahead) = decision.ahead {
+                ahead.discard().await;
+            }
             return Err(open(format!(
                 "the typed columns of the Delta table at {} changed since it was opened: open it \
                  again",
@@ -436,6 +443,7 @@ impl DeltaStore {
             &decision.old,
             decision.new,
             &self.columns,
+            decision.ahead,
         )
         .await
         {
@@ -475,7 +483,9 @@ impl DeltaStore {
     /// Applies a day read whole (one page): decided in memory.
     async fn apply_whole(&self, day: DayWrite, records: Vec<Record>) -> Result<Counts> {
         check_records(&records, &self.columns)?;
-        let probe = Probe::new(records.iter().map(Record::key));
+        let probe = std::cell::OnceCell::new();
+        let spare_core = self.applying.load(Ordering::Relaxed) == 1
+            && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
         let mut own: BTreeSet<NaiveDate> = day.days().iter().copied().collect();
         own.insert(day.day());
         for attempt in 1..=MAX_ATTEMPTS {
@@ -483,9 +493,36 @@ impl DeltaStore {
             // has just read or committed.
             let (table, reused) = self.latest_or_fresh(attempt == 1).await?;
             let files = Files::of(&table)?;
-            let decision = self
-                .decide_apply(&table, &files, &day, &records, &own, &probe)
-                .await?;
+            // A day new to the table most likely becomes its records as
+            // they came: their file is written while the day is decided,
+            // when a core is free for it (no other day is being applied
+            // through this store).
+            let new_day = spare_core
+                && files.of_day(day.day()).is_empty()
+                && own.len() == 1
+                && !records.is_empty()
+                && records.iter().all(|r| r.event_date() == day.day());
+            let mut ahead = match new_day {
+                true => Some(Ahead::start(&table, day.day(), &records, &self.columns)?),
+                false => None,
+            };
+            let probe = probe.get_or_init(|| Probe::new(records.iter().map(Record::key)));
+            if let Some(ahead) = &mut ahead {
+                ahead.set_hashes(probe.hashes());
+            }
+            let decided = self
+                .decide_apply(&table, &files, &day, &records, &own, probe)
+                .await;
+            let mut decision = match decided {
+                Ok(decision) => decision,
+                Err(e) => {
+                    if let Some(ahead) = ahead {
+                        ahead.discard().await;
+                    }
+                    return Err(e);
+                }
+            };
+            decision.ahead = ahead;
             if let Some(counts) = self.settle(&table, decision, attempt, reused).await? {
                 return Ok(counts);
             }
@@ -531,6 +568,7 @@ impl DeltaStore {
                 new: paged.new,
                 keys: Some(&paged.keys),
                 written: paged.written,
+                ahead: None,
                 result: paged.counts,
             };
             if let Some(counts) = self.settle(&table, decision, attempt, reused).await? {
@@ -596,6 +634,7 @@ impl DeltaStore {
             new,
             keys: Some(probe),
             written: Vec::new(),
+            ahead: None,
             result: counts,
         })
     }
@@ -649,6 +688,7 @@ impl DeltaStore {
             new,
             keys: None,
             written: Vec::new(),
+            ahead: None,
             result: purged,
         })
     }
@@ -676,6 +716,7 @@ impl DeltaStore {
             new,
             keys: None,
             written: Vec::new(),
+            ahead: None,
             result: (),
         })
     }
@@ -690,6 +731,22 @@ fn gave_up(what: &str) -> Error {
     )
 }
 
+/// A day being applied, counted in its store's `applying` while it is.
+struct Applying<'a>(&'a AtomicUsize);
+
+impl<'a> Applying<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Applying(count)
+    }
+}
+
+impl Drop for Applying<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// A change decided on one snapshot.
 struct Decision<'a, T> {
     /// The days read whole, as they were.
@@ -700,6 +757,8 @@ struct Decision<'a, T> {
     keys: Option<&'a Probe<'a>>,
     /// Actions of files written already (a streamed day's records).
     written: Vec<Action>,
+    /// A day's records file being written while the day was decided.
+    ahead: Option<Ahead<'a>>,
     result: T,
 }
 
@@ -790,6 +849,7 @@ impl Store for DeltaStore {
     }
 
     async fn apply(&self, day: DayWrite) -> Result<Counts> {
+        let _applying = Applying::enter(&self.applying);
         // The day's pages may be read from the job's temporary files.
         let paging = self.paging;
         let (day, first) = tokio::task::spawn_blocking(move || {
@@ -987,7 +1047,7 @@ impl Change<'_> {
         };
         let mut actions = vec![Action::Metadata(metadata)];
         actions.extend(
-            write_days_with(writer, self.cache, &old, new, self.declared, true)
+            write_days_with(writer, self.cache, &old, new, self.declared, true, None)
                 .await?
                 .unwrap_or_default(),
         );

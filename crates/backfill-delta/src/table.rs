@@ -1,9 +1,7 @@
 //! The table as one snapshot sees it: its data files by day, and their rows.
 
 use std::cmp::Ordering;
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 
 use backfill_core::{LedgerEntry, Record};
@@ -178,6 +176,11 @@ impl<'a> Probe<'a> {
         self.hashes.is_empty()
     }
 
+    /// Its keys' hashes, sorted, each once.
+    pub(crate) fn hashes(&self) -> &[u64] {
+        &self.hashes
+    }
+
     /// Whether `key` is one of its keys.
     fn contains(&self, key: &str) -> bool {
         let hash = key_hash(key);
@@ -193,12 +196,10 @@ impl<'a> Probe<'a> {
     }
 }
 
-/// A key's hash (SipHash with fixed keys, so a probe's and a file's agree):
-/// what probes compare before they compare keys.
+/// A key's hash (XXH3, unseeded, so a probe's and a file's agree): what
+/// probes compare before they compare keys.
 pub(crate) fn key_hash(key: &str) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    key.hash(&mut hasher);
-    hasher.finish()
+    xxhash_rust::xxh3::xxh3_64(key.as_bytes())
 }
 
 /// Whether two sorted lists share a value.
@@ -238,6 +239,11 @@ impl FileRows {
             })
             .collect();
         hashes.sort_unstable();
+        Self::with_hashes(rows, hashes)
+    }
+
+    /// `rows` with their records' keys' hashes, sorted, known already.
+    pub(crate) fn with_hashes(rows: Vec<Row>, hashes: Vec<u64>) -> Self {
         let size = rows.iter().map(Row::size).sum::<usize>() + hashes.len() * 8 + 64;
         FileRows { rows, hashes, size }
     }

@@ -11,7 +11,9 @@
 //! The job is a listing of each of four days (replace mode) on a table
 //! already holding them: newer versions, keys the listing lacks turned to
 //! tombstones, and keys moving in from the next day, so that one commit
-//! changes two days.
+//! changes two days; then of a fifth day new to the table, whose records'
+//! file is written while the day is decided, all of them winning (keys
+//! the first day's listing moved in, moving on at a newer version).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -43,7 +45,10 @@ use url::Url;
 const CHILD_ENV: &str = "BACKFILL_KILL_POINT";
 /// How a child killed at its kill point exits.
 const KILLED: i32 = 86;
+/// The days the table holds before the job.
 const DAYS: i64 = 4;
+/// The days the job lists: those, and one new to the table.
+const JOB_DAYS: i64 = DAYS + 1;
 const PER_DAY: u32 = 40;
 
 fn day(n: i64) -> NaiveDate {
@@ -80,10 +85,12 @@ fn listing(d: NaiveDate) -> Vec<Record> {
             Record::new(format!("k{n}:{i:03}"), d, value, at(secs)).unwrap()
         })
         .collect();
+    // Into the day new to the table, the keys already moved once, newer.
+    let moved = if n < DAYS { at(30) } else { at(40) };
     records.extend(
         (0..PER_DAY)
             .filter(|i| i % 7 == 3)
-            .map(|i| Record::new(format!("k{next}:{i:03}"), d, "moved", at(30)).unwrap()),
+            .map(|i| Record::new(format!("k{next}:{i:03}"), d, "moved", moved).unwrap()),
     );
     records
 }
@@ -110,7 +117,7 @@ async fn relist(store: &dyn Store) -> RunReport {
         Ok::<_, std::io::Error>(backfill_core::Fetched::new(listing(d)).as_of(at(50)))
     };
     job(Mode::Replace)
-        .backfill(store, &fetch, day(0)..=day(DAYS - 1))
+        .backfill(store, &fetch, day(0)..=day(JOB_DAYS - 1))
         .await
         .expect("the listings")
 }
@@ -123,7 +130,7 @@ type State = (Vec<Record>, BTreeMap<NaiveDate, (Digest, String)>);
 async fn state(store: &dyn Store) -> State {
     let rows = store.rows_with_tombstones().await.expect("rows");
     let ledger = store
-        .ledger(day(0)..=day(DAYS - 1))
+        .ledger(day(0)..=day(JOB_DAYS - 1))
         .await
         .expect("ledger")
         .into_iter()
@@ -139,7 +146,7 @@ async fn state(store: &dyn Store) -> State {
 /// job's days in turn (the job runs them in order, one at a time).
 async fn prefixes() -> Vec<State> {
     let mut out = Vec::new();
-    for done in 0..=DAYS {
+    for done in 0..=JOB_DAYS {
         let oracle = MemoryStore::new();
         fill(&oracle).await;
         if done > 0 {
@@ -213,7 +220,7 @@ async fn a_writer_killed_between_any_two_steps_leaves_whole_days() {
             );
         };
         if finished {
-            assert_eq!(done, DAYS as usize, "the finished job left days undone");
+            assert_eq!(done, JOB_DAYS as usize, "the finished job left days undone");
             break;
         }
         reached.push(done);
@@ -225,7 +232,7 @@ async fn a_writer_killed_between_any_two_steps_leaves_whole_days() {
         let digests = |l: &BTreeMap<NaiveDate, (Digest, String)>| -> Vec<(NaiveDate, Digest)> {
             l.iter().map(|(d, (digest, _))| (*d, *digest)).collect()
         };
-        let (want_rows, want_ledger) = &prefixes[DAYS as usize];
+        let (want_rows, want_ledger) = &prefixes[JOB_DAYS as usize];
         assert!(
             rows == *want_rows && digests(&ledger) == digests(want_ledger),
             "kill point {k}: the job run again ends elsewhere"
@@ -234,7 +241,7 @@ async fn a_writer_killed_between_any_two_steps_leaves_whole_days() {
         std::fs::remove_dir_all(&table).unwrap();
     }
     // Every day's commit was preceded and followed by kill points.
-    for done in 0..DAYS as usize {
+    for done in 0..JOB_DAYS as usize {
         assert!(
             reached.contains(&done),
             "no kill point left {done} days done: {reached:?}"

@@ -477,3 +477,109 @@ async fn the_stored_rows_after_a_streamed_days_last_key_are_decided() {
         assert_eq!(live, if mode == Mode::Merge { 30 } else { 2 }, "{mode:?}");
     }
 }
+
+/// The Parquet files on disk in `partition`'s directory that no commit of
+/// the table names (none, after a write that did not take its file; a
+/// file a commit removed stays until `VACUUM`).
+async fn stray_files(location: &str, partition: &str) -> BTreeSet<String> {
+    // A file a write forgot would appear once its writer is done.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let location = std::path::Path::new(location);
+    let log: String = std::fs::read_dir(location.join("_delta_log"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "json"))
+        .map(|path| std::fs::read_to_string(path).unwrap())
+        .collect();
+    let Ok(dir) = std::fs::read_dir(location.join(partition)) else {
+        return BTreeSet::new();
+    };
+    dir.map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".parquet") && !log.contains(name.as_str()))
+        .collect()
+}
+
+/// A day new to the table has its records' file written while it is
+/// decided; when the decision's rows are not those records (a stale
+/// version of a key another day holds newer, another writer's commit of
+/// the same day, a write refused), that file is deleted, and the day ends
+/// as decided.
+#[tokio::test]
+async fn a_new_days_file_written_ahead_is_deleted_when_the_day_does_not_take_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let location = dir.path().join("orders");
+    let location = location.to_str().unwrap();
+    let store = DeltaStore::open(location).await.unwrap();
+    let at = Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap();
+
+    // A key of day 0, delivered again under a new day 1 at an older
+    // version: stale, so day 1's rows are its other records only.
+    let held = Record::new("moving", day(0), "newer", at + Duration::hours(1)).unwrap();
+    upsert(&store, day(0), vec![held.clone()], WriteOptions::default())
+        .await
+        .unwrap();
+    let mut delivered = records(1, 100, 0);
+    delivered.push(Record::new("moving", day(1), "older", at).unwrap());
+    delivered.sort_by(|a, b| a.key().cmp(b.key()));
+    let counts = upsert(&store, day(1), delivered, WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((counts.inserted, counts.stale), (100, 1), "{counts:?}");
+    assert_eq!(store.day_rows(day(1)).await.unwrap(), records(1, 100, 0));
+    assert_eq!(store.day_rows(day(0)).await.unwrap(), vec![held]);
+    assert_eq!(
+        stray_files(location, "event_date=2026-03-02").await,
+        BTreeSet::new()
+    );
+
+    // Another writer commits new day 2 with newer versions straight after
+    // this store's last commit: this store's write of day 2 decides on its
+    // own snapshot, loses, and is decided again.
+    let theirs = DeltaStore::open(location).await.unwrap();
+    upsert(
+        &theirs,
+        day(2),
+        records(2, 100, 100),
+        WriteOptions::default(),
+    )
+    .await
+    .unwrap();
+    let counts = upsert(&store, day(2), records(2, 100, 0), WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(counts.stale, 100, "{counts:?}");
+    assert_eq!(store.day_rows(day(2)).await.unwrap(), records(2, 100, 100));
+    assert_eq!(
+        stray_files(location, "event_date=2026-03-03").await,
+        BTreeSet::new()
+    );
+
+    // The columns of a table change under a store: its write of a new day
+    // is refused, and nothing of it stays.
+    let typed = dir.path().join("typed");
+    let typed = typed.to_str().unwrap();
+    let json = |d: i64| -> Vec<Record> {
+        let total = |i: u32| format!(r#"{{"total":{i}}}"#);
+        let keys = (0..100).map(|i| (format!("order:{i:03}"), total(i)));
+        keys.map(|(key, value)| Record::new(key, day(d), value, at).unwrap())
+            .collect()
+    };
+    let store = DeltaStore::open(typed).await.unwrap();
+    upsert(&store, day(0), json(0), WriteOptions::default())
+        .await
+        .unwrap();
+    use backfill_core::columns::{Column, ColumnType};
+    let column = Column::new("total", ColumnType::Double).unwrap();
+    DeltaStore::builder(typed)
+        .columns([column])
+        .allow_column_changes(true)
+        .open()
+        .await
+        .unwrap();
+    let refused = upsert(&store, day(3), json(3), WriteOptions::default()).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(
+        stray_files(typed, "event_date=2026-03-04").await,
+        BTreeSet::new()
+    );
+}
