@@ -484,8 +484,7 @@ impl DeltaStore {
     async fn apply_whole(&self, day: DayWrite, records: Vec<Record>) -> Result<Counts> {
         check_records(&records, &self.columns)?;
         let probe = std::cell::OnceCell::new();
-        let spare_core = self.applying.load(Ordering::Relaxed) == 1
-            && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+        let spare_core = self.applying.load(Ordering::Relaxed) == 1 && cores() > 1;
         let mut own: BTreeSet<NaiveDate> = day.days().iter().copied().collect();
         own.insert(day.day());
         for attempt in 1..=MAX_ATTEMPTS {
@@ -729,6 +728,13 @@ fn gave_up(what: &str) -> Error {
         true,
         format!("{what}: other writers kept changing the same days ({MAX_ATTEMPTS} attempts)"),
     )
+}
+
+/// The cores this process may run on (read once: on Linux it reads the
+/// cgroup's quota files).
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// A day being applied, counted in its store's `applying` while it is.
