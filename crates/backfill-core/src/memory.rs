@@ -57,6 +57,13 @@ impl MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The state, taken out of the store.
+    fn into_state(self) -> State {
+        self.state
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// A store holding `rows` (tombstones included, one per key: a later
     /// row of the same key replaces an earlier one) and the ledger
     /// `entries` (one per day, likewise).
@@ -103,10 +110,7 @@ impl MemoryStore {
     /// # Ok(()) }
     /// ```
     pub fn into_parts(self) -> (Vec<Record>, Vec<LedgerEntry>) {
-        let state = self
-            .state
-            .into_inner()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let state = self.into_state();
         (
             state.rows.into_values().collect(),
             state.days.into_values().collect(),
@@ -124,10 +128,7 @@ impl MemoryStore {
     /// guard's refusal of a listing; nothing is changed then.
     pub fn apply_read(&self, day: &DayWrite, records: &[Record]) -> Result<Counts> {
         let mut state = self.lock();
-        let decided = decide(&state, day, records)?;
-        if day.as_of().is_some() {
-            day.check_replace(decided.counts.unlisted, decided.live)?;
-        }
+        let decided = decide_guarded(&state, day, records)?;
         let counts = decided.counts;
         decided.write(&mut state);
         synced(&mut state, day, counts);
@@ -148,14 +149,8 @@ impl MemoryStore {
         day: &DayWrite,
         records: &[Record],
     ) -> Result<(Counts, Vec<Record>, Vec<LedgerEntry>)> {
-        let mut state = self
-            .state
-            .into_inner()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let decided = decide(&state, day, records)?;
-        if day.as_of().is_some() {
-            day.check_replace(decided.counts.unlisted, decided.live)?;
-        }
+        let mut state = self.into_state();
+        let decided = decide_guarded(&state, day, records)?;
         let counts = decided.counts;
         synced(&mut state, day, counts);
         let rows = if state.rows.is_empty() {
@@ -241,6 +236,15 @@ impl Decided {
             state.rows.insert(row.key().to_owned(), row);
         }
     }
+}
+
+/// [`decide`] a whole day, then ask the guard about a listing's deletes.
+fn decide_guarded(state: &State, day: &DayWrite, records: &[Record]) -> Result<Decided> {
+    let decided = decide(state, day, records)?;
+    if day.as_of().is_some() {
+        day.check_replace(decided.counts.unlisted, decided.live)?;
+    }
+    Ok(decided)
 }
 
 /// The decisions of `records`, of `day`, on `state`: refused whole before

@@ -187,9 +187,8 @@ impl std::fmt::Debug for Ahead<'_> {
 /// Deletes the files `task` writes, once it has.
 async fn delete_written(store: &Arc<dyn ObjectStore>, task: JoinHandle<Result<Vec<Add>>>) {
     if let Ok(Ok(added)) = task.await {
-        for add in added {
-            let _ = store.delete(&file_path(&add)).await;
-        }
+        let actions: Vec<Action> = added.into_iter().map(Action::Add).collect();
+        discard(store, &actions).await;
     }
 }
 

@@ -40,7 +40,7 @@ use futures_util::TryStreamExt;
 
 use crate::commit::{partition, writer_properties, NewDay};
 use crate::error::{backend, corrupt, Result};
-use crate::rows::{batch_rows, check_records, records_batch, Row};
+use crate::rows::{batch_rows, check_typed, records_batch, Row};
 use crate::table::{key_hash, parquet, DataFile, DayRows, Files, Probe, Reader};
 
 /// How large the pieces of a streamed day are.
@@ -376,7 +376,7 @@ impl Pages<'_> {
     ) -> Result<bool> {
         let mut page = first;
         loop {
-            check_records(&page, self.typed)?;
+            check_typed(&page, self.typed)?;
             hashes.extend(page.iter().map(|record| key_hash(record.key())));
             let end = page.last().map(|r| r.key().to_owned());
             if !self.page(day, &page, end.as_deref(), paging).await? {

@@ -254,12 +254,10 @@ impl Row {
     }
 }
 
-/// Refuses, before anything is written, a record that breaks the record
-/// rules or that a typed column does not fit.
-pub(crate) fn check_records(records: &[Record], typed: &Columns) -> Result<()> {
-    for record in records {
-        record.validate()?;
-    }
+/// Refuses, before anything is written, a record that a typed column does
+/// not fit (the record rules are checked by the reference's decisions,
+/// which also come before any write).
+pub(crate) fn check_typed(records: &[Record], typed: &Columns) -> Result<()> {
     if !typed.is_empty() {
         let mut values = Vec::with_capacity(typed.len());
         for record in records {

@@ -28,7 +28,7 @@ use crate::commit::{
 use crate::error::{backend, corrupt, open, Result, BACKEND};
 use crate::paged::{self, Paging};
 use crate::rows::{
-    check_records, columns_property, declared, delta_columns, recorded_columns, COLUMNS_PROPERTY,
+    check_typed, columns_property, declared, delta_columns, recorded_columns, COLUMNS_PROPERTY,
     EVENT_DATE, OWN_COLUMNS,
 };
 use crate::table::{Cache, DayRows, Files, Probe, Reader};
@@ -482,7 +482,7 @@ impl DeltaStore {
 
     /// Applies a day read whole (one page): decided in memory.
     async fn apply_whole(&self, day: DayWrite, records: Vec<Record>) -> Result<Counts> {
-        check_records(&records, &self.columns)?;
+        check_typed(&records, &self.columns)?;
         let probe = std::cell::OnceCell::new();
         let spare_core = self.applying.load(Ordering::Relaxed) == 1 && cores() > 1;
         let mut own: BTreeSet<NaiveDate> = day.days().iter().copied().collect();
@@ -493,14 +493,14 @@ impl DeltaStore {
             let (table, reused) = self.latest_or_fresh(attempt == 1).await?;
             let files = Files::of(&table)?;
             // A day new to the table most likely becomes its records as
-            // they came: their file is written while the day is decided,
-            // when a core is free for it (no other day is being applied
-            // through this store).
+            // they came (all of its own `event_date`: `own` is that day
+            // alone): their file is written while the day is decided, when
+            // a core is free for it (no other day is being applied through
+            // this store).
             let new_day = spare_core
                 && files.of_day(day.day()).is_empty()
                 && own.len() == 1
-                && !records.is_empty()
-                && records.iter().all(|r| r.event_date() == day.day());
+                && !records.is_empty();
             let mut ahead = match new_day {
                 true => Some(Ahead::start(&table, day.day(), &records, &self.columns)?),
                 false => None,

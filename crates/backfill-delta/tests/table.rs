@@ -32,6 +32,13 @@ fn records(d: i64, per_day: u32, changed: u32) -> Vec<Record> {
     records
 }
 
+/// `records` upserted into day `d` with the default options.
+async fn put<S: Store>(store: &S, d: i64, records: Vec<Record>) -> backfill_core::Counts {
+    upsert(store, day(d), records, WriteOptions::default())
+        .await
+        .unwrap()
+}
+
 /// The table's active files, by partition directory.
 async fn files(location: &str) -> BTreeMap<String, BTreeSet<String>> {
     let url = deltalake::ensure_table_uri(location).unwrap();
@@ -52,9 +59,7 @@ async fn a_rerun_rewrites_no_data_file_and_a_skipped_one_commits_nothing() {
     let location = location.to_str().unwrap();
     let store = DeltaStore::open(location).await.unwrap();
     for d in 0..3 {
-        upsert(&store, day(d), records(d, 500, 0), WriteOptions::default())
-            .await
-            .unwrap();
+        put(&store, d, records(d, 500, 0)).await;
     }
     let before = files(location).await;
     // Each day: one file of records, one of its ledger row.
@@ -62,9 +67,7 @@ async fn a_rerun_rewrites_no_data_file_and_a_skipped_one_commits_nothing() {
     let version = store.version().await.unwrap();
 
     // A re-run: one version, the day's ledger row only.
-    let counts = upsert(&store, day(1), records(1, 500, 0), WriteOptions::default())
-        .await
-        .unwrap();
+    let counts = put(&store, 1, records(1, 500, 0)).await;
     assert_eq!((counts.unchanged, counts.written()), (500, 0));
     assert_eq!(store.version().await.unwrap(), version + 1);
     let after = files(location).await;
@@ -93,20 +96,11 @@ async fn a_lookback_day_with_changes_rewrites_only_that_days_files() {
     let location = location.to_str().unwrap();
     let store = DeltaStore::open(location).await.unwrap();
     for d in 0..5 {
-        upsert(&store, day(d), records(d, 1000, 0), WriteOptions::default())
-            .await
-            .unwrap();
+        put(&store, d, records(d, 1000, 0)).await;
     }
     let before = files(location).await;
     // Day 2 again, a fifth of its rows changed upstream.
-    let counts = upsert(
-        &store,
-        day(2),
-        records(2, 1000, 200),
-        WriteOptions::default(),
-    )
-    .await
-    .unwrap();
+    let counts = put(&store, 2, records(2, 1000, 200)).await;
     assert_eq!((counts.updated, counts.unchanged), (200, 800));
     let after = files(location).await;
     for (partition, files) in &before {
@@ -169,20 +163,14 @@ async fn a_write_on_the_snapshot_just_committed_still_sees_another_writers_commi
     let theirs = DeltaStore::open(location).await.unwrap();
     let older = records(0, 50, 0);
     let newer = records(0, 50, 50);
-    let first = upsert(&ours, day(0), older.clone(), WriteOptions::default())
-        .await
-        .unwrap();
+    let first = put(&ours, 0, older.clone()).await;
     assert_eq!(first.inserted, 50);
     // The other writer's newer versions, committed straight after.
-    let second = upsert(&theirs, day(0), newer.clone(), WriteOptions::default())
-        .await
-        .unwrap();
+    let second = put(&theirs, 0, newer.clone()).await;
     assert_eq!(second.updated, 50);
     // On the snapshot `ours` committed, the older versions are the stored
     // ones and would be unchanged; on the table they are stale.
-    let again = upsert(&ours, day(0), older, WriteOptions::default())
-        .await
-        .unwrap();
+    let again = put(&ours, 0, older).await;
     assert_eq!((again.stale, again.unchanged), (50, 0), "{again:?}");
     let mut stored = ours.day_rows(day(0)).await.unwrap();
     stored.sort_by(|a, b| a.key().cmp(b.key()));
@@ -414,9 +402,7 @@ async fn streamed_days_racing_on_one_table_end_as_the_reference() {
     }
     let reference = MemoryStore::new();
     for (d, records) in writes.into_iter().rev() {
-        upsert(&reference, day(d), records, WriteOptions::default())
-            .await
-            .unwrap();
+        put(&reference, d, records).await;
     }
     assert_eq!(
         first.rows_with_tombstones().await.unwrap(),
@@ -515,15 +501,11 @@ async fn a_new_days_file_written_ahead_is_deleted_when_the_day_does_not_take_it(
     // A key of day 0, delivered again under a new day 1 at an older
     // version: stale, so day 1's rows are its other records only.
     let held = Record::new("moving", day(0), "newer", at + Duration::hours(1)).unwrap();
-    upsert(&store, day(0), vec![held.clone()], WriteOptions::default())
-        .await
-        .unwrap();
+    put(&store, 0, vec![held.clone()]).await;
     let mut delivered = records(1, 100, 0);
     delivered.push(Record::new("moving", day(1), "older", at).unwrap());
     delivered.sort_by(|a, b| a.key().cmp(b.key()));
-    let counts = upsert(&store, day(1), delivered, WriteOptions::default())
-        .await
-        .unwrap();
+    let counts = put(&store, 1, delivered).await;
     assert_eq!((counts.inserted, counts.stale), (100, 1), "{counts:?}");
     assert_eq!(store.day_rows(day(1)).await.unwrap(), records(1, 100, 0));
     assert_eq!(store.day_rows(day(0)).await.unwrap(), vec![held]);
@@ -536,17 +518,8 @@ async fn a_new_days_file_written_ahead_is_deleted_when_the_day_does_not_take_it(
     // this store's last commit: this store's write of day 2 decides on its
     // own snapshot, loses, and is decided again.
     let theirs = DeltaStore::open(location).await.unwrap();
-    upsert(
-        &theirs,
-        day(2),
-        records(2, 100, 100),
-        WriteOptions::default(),
-    )
-    .await
-    .unwrap();
-    let counts = upsert(&store, day(2), records(2, 100, 0), WriteOptions::default())
-        .await
-        .unwrap();
+    put(&theirs, 2, records(2, 100, 100)).await;
+    let counts = put(&store, 2, records(2, 100, 0)).await;
     assert_eq!(counts.stale, 100, "{counts:?}");
     assert_eq!(store.day_rows(day(2)).await.unwrap(), records(2, 100, 100));
     assert_eq!(
@@ -565,9 +538,7 @@ async fn a_new_days_file_written_ahead_is_deleted_when_the_day_does_not_take_it(
             .collect()
     };
     let store = DeltaStore::open(typed).await.unwrap();
-    upsert(&store, day(0), json(0), WriteOptions::default())
-        .await
-        .unwrap();
+    put(&store, 0, json(0)).await;
     use backfill_core::columns::{Column, ColumnType};
     let column = Column::new("total", ColumnType::Double).unwrap();
     DeltaStore::builder(typed)
