@@ -160,6 +160,12 @@ pub enum Error {
         source: BoxError,
     },
 
+    /// History was asked of a store that keeps none: turn it on where the
+    /// store is opened (`history` on its builder, `--history` on the
+    /// command line, `history=True` in Python).
+    #[error("this store keeps no history: open it with history on")]
+    HistoryOff,
+
     /// A streamed day could not be kept in, or read back from, a temporary
     /// file (a full or unwritable temporary directory: `TMPDIR`). Nothing
     /// of the day was written.

@@ -62,6 +62,7 @@ mod counts;
 mod error;
 mod fetch;
 mod guard;
+pub mod history;
 mod job;
 pub mod json;
 mod ledger;
@@ -81,6 +82,7 @@ pub use counts::{Counts, Mode, UnknownMode};
 pub use error::{BoxError, Error, Fatal, Field, Problem, Result, Transient};
 pub use fetch::{Fetch, Fetched, RecordStream};
 pub use guard::{Refusal, ReplaceGuard, DEFAULT_MAX_DELETE_FRACTION};
+pub use history::HistoryRow;
 pub use job::{
     backfill, sync_day, BackfillError, Clock, DayReport, DayStatus, Event, FailedDay, FixedClock,
     Job, NotSelected, ParseShardError, Retry, RunReport, Select, Shard, Status, StopHandle,

@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 
 use crate::counts::Counts;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::history::{first_listing_from, history_of, HistoryRow, Version};
 use crate::ledger::{DayFailure, Digest, LedgerEntry};
 use crate::record::Record;
 use crate::store::Store;
@@ -33,6 +34,67 @@ struct State {
     // The ledger: one entry per day synced or failed, with its listing
     // watermark.
     days: BTreeMap<NaiveDate, LedgerEntry>,
+    // Every version and listing, when the store keeps history.
+    history: Option<History>,
+}
+
+/// What history is made of ([`crate::history`]): every version, one per
+/// `(key, updated_at)`, and every listing instant of every day.
+#[derive(Debug, Default)]
+struct History {
+    versions: BTreeMap<(String, DateTime<Utc>), Version>,
+    listings: BTreeSet<(NaiveDate, DateTime<Utc>)>,
+}
+
+impl History {
+    /// Keeps the versions of a day's `records` (sorted by key, unique) and,
+    /// for a listing, what it lacked.
+    fn record(&mut self, day: &DayWrite, records: &[Record]) {
+        let listing = day.as_of();
+        for record in records {
+            let at = record.updated_at();
+            let slot = (record.key().to_owned(), at);
+            match self.versions.get_mut(&slot) {
+                Some(stored) if !record.supersedes(&stored.record) => {}
+                Some(stored) if stored.record.event_date() == record.event_date() => {
+                    stored.record = record.clone();
+                }
+                _ => {
+                    // Every listing of its day applied so far lacked it
+                    // (one that held it would have delivered it); this
+                    // write's own listing is applied below.
+                    let event_date = record.event_date();
+                    let absent_from =
+                        first_listing_from(self.listings.range((event_date, at)..), event_date, at);
+                    let version = Version {
+                        record: record.clone(),
+                        absent_from,
+                    };
+                    self.versions.insert(slot, version);
+                }
+            }
+        }
+        if let Some(as_of) = listing {
+            for ((key, at), version) in self.versions.iter_mut() {
+                let lacked = version.record.event_date() == day.day()
+                    && *at <= as_of
+                    && version.absent_from.is_none_or(|from| from > as_of)
+                    && !matches!(
+                        records.binary_search_by(|r| r.key().cmp(key)),
+                        Ok(i) if records[i].updated_at() == *at
+                    );
+                if lacked {
+                    version.absent_from = Some(as_of);
+                }
+            }
+            self.listings.insert((day.day(), as_of));
+        }
+    }
+
+    fn rows(&self) -> Vec<HistoryRow> {
+        let versions: Vec<Version> = self.versions.values().cloned().collect();
+        history_of(&versions)
+    }
 }
 
 impl State {
@@ -47,6 +109,39 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store that keeps [history](crate::history): every version
+    /// it is given, read back with [`Store::history`] and
+    /// [`Store::as_of`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill_core::Result<()> {
+    /// use backfill_core::{upsert, MemoryStore, Record, Store, WriteOptions};
+    /// use chrono::{NaiveDate, TimeZone, Utc};
+    ///
+    /// let store = MemoryStore::with_history();
+    /// let day = NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
+    /// let at = |h| Utc.with_ymd_and_hms(2026, 3, 1, h, 0, 0).unwrap();
+    /// let new = vec![Record::new("order:1", day, "paid", at(12))?];
+    /// let old = vec![Record::new("order:1", day, "open", at(9))?];
+    /// upsert(&store, day, new, WriteOptions::default()).await?;
+    /// // A stale re-delivery: the live row keeps "paid", history slots it in.
+    /// upsert(&store, day, old, WriteOptions::default()).await?;
+    ///
+    /// assert_eq!(store.get("order:1").await?.unwrap().value(), "paid");
+    /// assert_eq!(store.as_of(at(10)).await?[0].value(), "open");
+    /// assert_eq!(store.history().await?.len(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn with_history() -> Self {
+        let state = State {
+            history: Some(History::default()),
+            ..State::default()
+        };
+        Self {
+            state: Mutex::new(state),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -85,7 +180,11 @@ impl MemoryStore {
             .map(|entry| (entry.day, entry))
             .collect();
         Self {
-            state: Mutex::new(State { rows, days }),
+            state: Mutex::new(State {
+                rows,
+                days,
+                history: None,
+            }),
         }
     }
 
@@ -131,6 +230,9 @@ impl MemoryStore {
         let decided = decide_guarded(&state, day, records)?;
         let counts = decided.counts;
         decided.write(&mut state);
+        if let Some(history) = state.history.as_mut() {
+            history.record(day, records);
+        }
         synced(&mut state, day, counts);
         Ok(counts)
     }
@@ -400,6 +502,11 @@ impl Store for MemoryStore {
             }
         }
         Ok(purged)
+    }
+
+    async fn history(&self) -> Result<Vec<HistoryRow>> {
+        let state = self.lock();
+        Ok(state.history.as_ref().ok_or(Error::HistoryOff)?.rows())
     }
 
     async fn ledger(&self, days: RangeInclusive<NaiveDate>) -> Result<Vec<LedgerEntry>> {

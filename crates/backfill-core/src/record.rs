@@ -143,6 +143,16 @@ impl Record {
         }
     }
 
+    /// The tombstone of this key and `event_date` as of `at`: how history
+    /// shows the delete a listing saw (`at` is a stored instant, as valid
+    /// as this record's own).
+    pub(crate) fn deleted_at(&self, at: DateTime<Utc>) -> Self {
+        Self {
+            updated_at: at,
+            ..self.to_tombstone()
+        }
+    }
+
     /// Builds a record without checking the rules (microseconds are still
     /// truncated). Only the conformance suite uses it, to prove that a bad
     /// record never reaches a table.

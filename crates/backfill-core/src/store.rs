@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 
 use crate::counts::Counts;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::history::{rows_as_of, HistoryRow};
 use crate::ledger::{DayFailure, LedgerEntry};
 use crate::record::Record;
 use crate::stream::DayWrite;
@@ -97,6 +98,29 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// of its own, keeping its last success; the next successful apply
     /// clears it.
     async fn record_failure(&self, day: NaiveDate, failure: &DayFailure) -> Result<()>;
+
+    /// Reads every row of [history](crate::history): each version of each
+    /// key with the instants it was valid between, ordered by key bytes,
+    /// then `valid_from`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::HistoryOff`] for a store that keeps no history (what this
+    /// default does).
+    async fn history(&self) -> Result<Vec<HistoryRow>> {
+        Err(Error::HistoryOff)
+    }
+
+    /// Reads the live rows as they were at `at`, by history: each key's
+    /// version valid at that instant unless it was deleted, ordered by key
+    /// bytes. Before the first version of a key, the key is absent.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::HistoryOff`] for a store that keeps no history.
+    async fn as_of(&self, at: DateTime<Utc>) -> Result<Vec<Record>> {
+        Ok(rows_as_of(&self.history().await?, at))
+    }
 }
 
 macro_rules! forward_store {
@@ -126,6 +150,12 @@ macro_rules! forward_store {
             }
             async fn record_failure(&self, day: NaiveDate, failure: &DayFailure) -> Result<()> {
                 (**self).record_failure(day, failure).await
+            }
+            async fn history(&self) -> Result<Vec<HistoryRow>> {
+                (**self).history().await
+            }
+            async fn as_of(&self, at: DateTime<Utc>) -> Result<Vec<Record>> {
+                (**self).as_of(at).await
             }
         }
     )*};

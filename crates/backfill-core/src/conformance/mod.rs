@@ -42,6 +42,7 @@ pub mod columns;
 mod deletes;
 pub mod fixtures;
 mod helpers;
+mod history;
 mod job;
 mod ledger;
 mod property;
@@ -49,6 +50,7 @@ mod store;
 mod stream;
 
 pub use self::deletes::*;
+pub use self::history::*;
 pub use self::job::*;
 pub use self::ledger::*;
 pub use self::property::*;
@@ -291,6 +293,85 @@ macro_rules! column_conformance_tests {
 /// [`column_conformance_tests!`](crate::column_conformance_tests) runs.
 pub const COLUMN_CASES: &[&str] = crate::column_conformance_tests!(@list names);
 
+/// Expands to one test per [history](crate::history) case, inside a module
+/// named `history_conformance` (so `cargo test conformance` runs them with
+/// the rest of the suite), each in a runtime of its own as
+/// [`conformance_tests!`](crate::conformance_tests) builds it, given a
+/// store that keeps history. The forms are those of `conformance_tests!`,
+/// plus one for a store that keeps none:
+///
+/// ```text
+/// backfill_core::history_conformance_tests!(async { MyStore::open_with_history().await });
+/// backfill_core::history_conformance_tests!(with_guard: async { /* (store, guard) */ });
+/// backfill_core::history_conformance_tests!(optional: my_store_with_history());
+/// backfill_core::history_conformance_tests!(unsupported: "MyStore keeps no history");
+/// ```
+#[macro_export]
+macro_rules! history_conformance_tests {
+    (@list $form:tt) => {
+        $crate::history_conformance_tests! { @cases $form;
+            history_keeps_every_version_in_its_place,
+            history_is_the_same_in_any_order,
+            history_tombstones_close_and_revivals_reopen,
+            history_dates_a_listings_delete_at_its_instant,
+            history_follows_a_key_between_days,
+            history_resolves_ties_by_the_version_order,
+            as_of_reads_each_instant,
+            history_of_streamed_and_skipped_days,
+            history_matches_the_model,
+        }
+    };
+    (@cases names; $($case:ident),* $(,)?) => {
+        &[$(stringify!($case)),*]
+    };
+    (@cases (unsupported $why:literal); $($case:ident),* $(,)?) => {
+        mod history_conformance {
+            $(
+                #[test]
+                #[ignore = $why]
+                fn $case() {
+                    eprintln!("skipped: {}", $why);
+                }
+            )*
+        }
+    };
+    (@cases ($form:ident $make:expr); $($case:ident),* $(,)?) => {
+        mod history_conformance {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[test]
+                fn $case() {
+                    $crate::__private::tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(2)
+                        .enable_all()
+                        .build()
+                        .expect("building the test's runtime")
+                        .block_on(async {
+                            $crate::conformance_tests!(@run $form $make, $case);
+                        });
+                }
+            )*
+        }
+    };
+    (unsupported: $why:literal) => {
+        $crate::history_conformance_tests!(@list (unsupported $why));
+    };
+    (optional: $make:expr) => {
+        $crate::history_conformance_tests!(@list (optional $make));
+    };
+    (with_guard: $make:expr) => {
+        $crate::history_conformance_tests!(@list (guarded $make));
+    };
+    ($make:expr) => {
+        $crate::history_conformance_tests!(@list (required $make));
+    };
+}
+
+/// The name of every history case
+/// [`history_conformance_tests!`](crate::history_conformance_tests) runs.
+pub const HISTORY_CASES: &[&str] = crate::history_conformance_tests!(@list names);
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -328,6 +409,26 @@ mod tests {
         );
     }
 
+    /// The same of the history cases.
+    #[test]
+    fn every_history_case_is_listed_once() {
+        let written: BTreeSet<&str> = include_str!("history.rs")
+            .lines()
+            .filter_map(|line| line.strip_prefix("pub async fn "))
+            .map(|rest| rest.split(['(', '<']).next().unwrap())
+            .collect();
+        let listed: BTreeSet<&str> = super::HISTORY_CASES.iter().copied().collect();
+        assert_eq!(
+            listed.len(),
+            super::HISTORY_CASES.len(),
+            "a case is listed twice"
+        );
+        assert_eq!(
+            listed, written,
+            "history_conformance_tests! lists every case"
+        );
+    }
+
     /// The same of the typed-column cases.
     #[test]
     fn every_column_case_is_listed_once() {
@@ -354,6 +455,14 @@ mod memory_store {
     use crate::MemoryStore;
 
     crate::conformance_tests!(async { MemoryStore::new() });
+
+    mod with_history {
+        use crate::MemoryStore;
+
+        crate::history_conformance_tests!(async { MemoryStore::with_history() });
+        // Keeping history changes nothing the live table does.
+        crate::conformance_tests!(async { MemoryStore::with_history() });
+    }
 
     // The reference store keeps records only.
     crate::column_conformance_tests!(unsupported: "MemoryStore keeps no typed columns");

@@ -141,7 +141,7 @@ pub async fn any_order_converges(store: &dyn Store) {
 /// overrides it) from `seed` (`BACKFILL_PROPTEST_SEED` overrides it). On the
 /// first failure, shrinks it (at most 256 steps) and returns the seed, the
 /// smallest failing value and why it fails.
-async fn smallest_failure<S>(
+pub(super) async fn smallest_failure<S>(
     cases: u32,
     seed: u64,
     strategy: S,
@@ -324,7 +324,7 @@ pub async fn concurrency_matches_sequential(store: &dyn Store) {
 /// which order the store receives it all. Plain numbers, so that a failing
 /// case shrinks to a short, readable history.
 #[derive(Debug, Clone)]
-struct Upstream {
+pub(super) struct Upstream {
     /// One change per step, each `gap` seconds after the last: key `key`
     /// is deleted (`delete`, if live) or gets a new version on day `day`
     /// (a new key, or a move) or on its current day.
@@ -335,7 +335,7 @@ struct Upstream {
     /// Listings taken before the end: `(instant offset, day)`.
     listings: Vec<(u32, u8)>,
     /// The order deliveries reach the store (a priority per delivery).
-    priorities: Vec<u32>,
+    pub(super) priorities: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -349,7 +349,7 @@ struct Change {
 
 const UPSTREAM_DAYS: u8 = 3;
 
-fn upstream_strategy() -> impl Strategy<Value = Upstream> {
+pub(super) fn upstream_strategy() -> impl Strategy<Value = Upstream> {
     use proptest::collection::vec;
     use proptest::prelude::*;
     let change = (
@@ -381,11 +381,11 @@ fn upstream_strategy() -> impl Strategy<Value = Upstream> {
 }
 
 /// One batch as a job would hand it to `upsert`.
-type Delivery = (NaiveDate, Vec<Record>, WriteOptions);
+pub(super) type Delivery = (NaiveDate, Vec<Record>, WriteOptions);
 
 /// The upstream's deliveries and listings as batches for the store, under
 /// a fresh key prefix and fresh days, with its final live rows.
-fn upstream_batches(
+pub(super) fn upstream_batches(
     upstream: &Upstream,
     prefix: &str,
     first_day: i64,
