@@ -27,6 +27,7 @@ pub struct SqliteStoreBuilder {
     pages: PageSize,
     columns: Vec<Column>,
     column_changes: bool,
+    history: bool,
 }
 
 /// `temp`'s page cache, as `PRAGMA cache_size` takes it: negative, in KiB.
@@ -83,6 +84,7 @@ impl SqliteStoreBuilder {
             pages: PageSize::default(),
             columns: Vec::new(),
             column_changes: false,
+            history: false,
         }
     }
 
@@ -113,6 +115,23 @@ impl SqliteStoreBuilder {
     /// each row's value, and declaring the column again fills it.
     pub fn allow_column_changes(mut self, allow: bool) -> Self {
         self.column_changes = allow;
+        self
+    }
+
+    /// Whether the table keeps [history](backfill_core::history) (default
+    /// `false`): every version of every key, valid from its `updated_at`,
+    /// read with [`Store::history`](backfill_core::Store::history) and
+    /// [`Store::as_of`](backfill_core::Store::as_of), and by people through
+    /// the view `<table>_history` (see the [crate docs](crate#history)).
+    ///
+    /// Turned on for a table with rows, history starts from them: one
+    /// version per key ([`SqliteStore::history_started_with`] says how
+    /// many). Once on, it stays on: a store opened on the table without
+    /// this keeps writing it, so that no writer leaves a hole. Turning it
+    /// off is dropping the view `<table>_history` and the tables
+    /// `"<table>:versions"` and `"<table>:listings"`.
+    pub fn history(mut self, history: bool) -> Self {
+        self.history = history;
         self
     }
 
@@ -267,10 +286,18 @@ impl SqliteStoreBuilder {
 
         // Create or upgrade only what is missing: a read-only database, or
         // one where everything is in place, runs no DDL and writes nothing.
-        migrate::prepare(&conn, &self.table, typed, read_only, self.column_changes)?;
+        let history = migrate::prepare(
+            &conn,
+            &self.table,
+            typed,
+            read_only,
+            self.column_changes,
+            self.history,
+        )?;
         let changes_at_open = conn.total_changes();
         Ok(Opened {
             conn,
+            history,
             read_only,
             length_limit: usize::try_from(length_limit).unwrap_or(0),
             changes_at_open,

@@ -464,6 +464,171 @@ pub(crate) fn create_index(table: &str) -> String {
     )
 }
 
+/// The table of every version history keeps of records table `table`
+/// ([`backfill_core::history`]): one row per `(key, updated_at)`, the
+/// version as delivered, and the earliest listing of its day at or after
+/// it that lacked it (`absent_from`). The `:` keeps the name apart from
+/// every records table's (see [`index_name`]); people read the view,
+/// [`history_view_name`].
+pub(crate) fn history_versions_name(table: &str) -> String {
+    format!("{table}:versions")
+}
+
+/// The table of every listing instant of each day of records table
+/// `table`, which history needs all of (the days table keeps the latest).
+pub(crate) fn history_listings_name(table: &str) -> String {
+    format!("{table}:listings")
+}
+
+/// The view people query for history: `{table}_history`.
+pub(crate) fn history_view_name(table: &str) -> String {
+    format!("{table}_history")
+}
+
+/// The name of the index that finds a day's versions for a listing.
+pub(crate) fn history_index_name(table: &str) -> String {
+    format!("{table}:versions:event_date")
+}
+
+/// [`history_versions_name`]'s definition: the records table's columns
+/// and `CHECK`s, then `absent_from`.
+pub(crate) fn history_versions_table(table: &str) -> TableDef {
+    let mut columns = records_table(table, SCHEMA_VERSION, &Columns::default()).columns;
+    for column in &mut columns {
+        column.earlier_checks.clear();
+    }
+    columns.push(nullable_instant("absent_from"));
+    TableDef {
+        name: history_versions_name(table),
+        columns,
+        primary_key: &["key", "updated_at"],
+    }
+}
+
+/// [`history_listings_name`]'s definition.
+pub(crate) fn history_listings_table(table: &str) -> TableDef {
+    TableDef {
+        name: history_listings_name(table),
+        columns: vec![
+            Column::text("day", Some(date_check("day"))),
+            Column::text("as_of", Some(instant_check("as_of"))),
+        ],
+        primary_key: &["day", "as_of"],
+    }
+}
+
+/// `CREATE INDEX` of [`history_index_name`].
+pub(crate) fn create_history_index(table: &str) -> String {
+    format!(
+        r#"CREATE INDEX IF NOT EXISTS "{}" ON "{}" (event_date, updated_at)"#,
+        history_index_name(table),
+        history_versions_name(table)
+    )
+}
+
+/// The history view of `table`: one row per version, valid from its
+/// `updated_at` (`valid_from`) to the next version's (`valid_to`, `NULL`
+/// while it is the newest); a live version a listing lacked is closed at
+/// that listing's instant, where a tombstone row opens
+/// ([`backfill_core::history::history_of`], in SQL).
+pub(crate) fn create_history_view(table: &str) -> String {
+    format!(
+        r#"CREATE VIEW "{view}" AS
+WITH v AS (
+    SELECT key, event_date, value, updated_at, deleted,
+        CASE WHEN deleted = 0 AND absent_from IS NOT NULL
+                AND (next_at IS NULL OR absent_from < next_at)
+            THEN absent_from END AS closed_at,
+        next_at
+    FROM (SELECT *, lead(updated_at) OVER (PARTITION BY key ORDER BY updated_at) AS next_at
+          FROM "{versions}"))
+SELECT key, event_date, value, updated_at, updated_at AS valid_from,
+    coalesce(closed_at, next_at) AS valid_to, deleted
+FROM v WHERE closed_at IS NULL OR closed_at > updated_at
+UNION ALL
+SELECT key, event_date, '', closed_at, closed_at, next_at, 1
+FROM v WHERE closed_at IS NOT NULL"#,
+        view = history_view_name(table),
+        versions = history_versions_name(table),
+    )
+}
+
+/// What a store that keeps history runs besides the records' statements.
+#[derive(Debug)]
+pub(crate) struct HistoryStatements {
+    /// A version new to history (`?1` key, `?2` event_date, `?3` value,
+    /// `?4` updated_at, `?5` deleted), closed already by the earliest
+    /// listing of its day at or after it; of two versions of one instant,
+    /// the one that supersedes the other.
+    pub(crate) insert: String,
+    /// A listing of day `?1` as of `?2`: the versions of the day it lacks
+    /// (those not staged in [`LISTED`]) are absent from `?2` on, unless an
+    /// earlier listing lacked them first.
+    pub(crate) lacked: String,
+    /// A listing of day `?1` as of `?2`, kept.
+    pub(crate) listing: String,
+    /// Every row of the view, by key and `valid_from`.
+    pub(crate) all: String,
+    /// The live rows valid at `?1`, by key.
+    pub(crate) as_of: String,
+}
+
+impl HistoryStatements {
+    pub(crate) fn new(table: &str) -> Self {
+        let versions = history_versions_name(table);
+        let listings = history_listings_name(table);
+        let view = history_view_name(table);
+        Self {
+            insert: format!(
+                r#"INSERT INTO "{versions}" (key, event_date, value, updated_at, deleted, absent_from)
+VALUES (?1, ?2, ?3, ?4, ?5,
+    (SELECT min(as_of) FROM "{listings}" WHERE day = ?2 AND as_of >= ?4))
+ON CONFLICT (key, updated_at) DO UPDATE SET
+    event_date = excluded.event_date, value = excluded.value, deleted = excluded.deleted,
+    absent_from = CASE WHEN excluded.event_date = event_date
+        THEN absent_from ELSE excluded.absent_from END
+WHERE (excluded.deleted, excluded.value, excluded.event_date) > (deleted, value, event_date)"#
+            ),
+            lacked: format!(
+                r#"UPDATE "{versions}" SET absent_from = ?2
+WHERE event_date = ?1 AND updated_at <= ?2 AND (absent_from IS NULL OR absent_from > ?2)
+    AND NOT EXISTS (SELECT 1 FROM {LISTED} AS l
+        WHERE l.key = "{versions}".key AND l.updated_at = "{versions}".updated_at)"#
+            ),
+            listing: format!(
+                r#"INSERT INTO "{listings}" (day, as_of) VALUES (?1, ?2) ON CONFLICT DO NOTHING"#
+            ),
+            all: format!(
+                r#"SELECT key, event_date, value, updated_at, deleted, valid_to FROM "{view}"
+ORDER BY key, valid_from"#
+            ),
+            as_of: format!(
+                r#"SELECT key, event_date, value, updated_at, deleted FROM "{view}"
+WHERE valid_from <= ?1 AND (valid_to IS NULL OR valid_to > ?1) AND deleted = 0
+ORDER BY key"#
+            ),
+        }
+    }
+}
+
+/// Turning history on for a table with rows: one version per key, its
+/// stored one (tombstones included), and each day's latest listing.
+pub(crate) fn seed_history(table: &str) -> [String; 2] {
+    [
+        format!(
+            r#"INSERT INTO "{versions}" (key, event_date, value, updated_at, deleted)
+SELECT key, event_date, value, updated_at, deleted FROM "{table}""#,
+            versions = history_versions_name(table)
+        ),
+        format!(
+            r#"INSERT INTO "{listings}" (day, as_of)
+SELECT day, listing_watermark FROM {DAYS}
+WHERE records_table = '{table}' AND listing_watermark IS NOT NULL"#,
+            listings = history_listings_name(table)
+        ),
+    ]
+}
+
 /// The version row of `?1`: insert, or overwrite a stale one.
 pub(crate) const REGISTER: &str = "INSERT INTO backfill_tables (records_table, schema_version)
 VALUES (?1, ?2)
@@ -489,13 +654,15 @@ pub(crate) const LISTED: &str = r#"temp."backfill:listed""#;
 /// Creates [`LISTED`] if this connection has not yet (inside a listing's
 /// transaction: a rollback takes it away again, and the next listing
 /// creates it anew).
-pub(crate) const LISTED_CREATE: &str = r#"CREATE TEMP TABLE IF NOT EXISTS "backfill:listed" (key TEXT NOT NULL PRIMARY KEY) WITHOUT ROWID"#;
+pub(crate) const LISTED_CREATE: &str = r#"CREATE TEMP TABLE IF NOT EXISTS "backfill:listed" (key TEXT NOT NULL PRIMARY KEY, updated_at TEXT NOT NULL) WITHOUT ROWID"#;
 
 /// Empties [`LISTED`], before and after each listing.
 pub(crate) const LISTED_CLEAR: &str = r#"DELETE FROM temp."backfill:listed""#;
 
-/// Stages one listed key `?1` in [`LISTED`].
-pub(crate) const LISTED_ADD: &str = r#"INSERT INTO temp."backfill:listed" (key) VALUES (?1)"#;
+/// Stages one listed key `?1`, of version `?2` (its `updated_at`: what
+/// history asks of a listing), in [`LISTED`].
+pub(crate) const LISTED_ADD: &str =
+    r#"INSERT INTO temp."backfill:listed" (key, updated_at) VALUES (?1, ?2)"#;
 
 /// The statements a store runs, built once from the validated table name.
 #[derive(Debug)]
@@ -541,10 +708,12 @@ pub(crate) struct Statements {
     /// `8`–`f`) when it removes any, becomes
     /// [`Digest::PURGED`](backfill_core::Digest::PURGED).
     pub(crate) purge_digests: String,
+    /// History's statements, when the table keeps it.
+    pub(crate) history: Option<HistoryStatements>,
 }
 
 impl Statements {
-    pub(crate) fn new(table: &str, typed: &Columns) -> Self {
+    pub(crate) fn new(table: &str, typed: &Columns, history: bool) -> Self {
         let cols = "key, event_date, value, updated_at, deleted";
         // The typed columns: named, bound from ?7 on, and NULL in what a
         // write turns into a tombstone (the watermark rule, or a listing).
@@ -613,14 +782,14 @@ WHERE key = ?1 AND (?4, ?5, ?3, ?2) > (updated_at, deleted, value, event_date)"#
             // ?1 the day, ?2 as_of; the listed keys are staged in
             // LISTED, whose primary key answers each NOT IN.
             count_unlisted: format!(
-                r#"SELECT count(*), count(*) FILTER (WHERE updated_at <= ?2 AND key NOT IN {LISTED})
+                r#"SELECT count(*), count(*) FILTER (WHERE updated_at <= ?2 AND key NOT IN (SELECT key FROM {LISTED}))
 FROM "{table}" WHERE event_date = ?1 AND deleted = 0"#
             ),
             // Same key, event_date and updated_at: the tombstone beats
             // exactly that version and every older one.
             unlist: format!(
                 r#"UPDATE "{table}" SET deleted = 1, value = ''{typed_null}
-WHERE event_date = ?1 AND deleted = 0 AND updated_at <= ?2 AND key NOT IN {LISTED}"#
+WHERE event_date = ?1 AND deleted = 0 AND updated_at <= ?2 AND key NOT IN (SELECT key FROM {LISTED})"#
             ),
             // ?1 day, ?2 synced_at, ?3 run_id, ?4 mode, ?5 as_of (NULL in
             // merge mode; also the watermark a listing raises the day's
@@ -667,6 +836,7 @@ WHERE records_table = '{table}' AND digest IS NOT NULL AND (day IN (
     SELECT 1 FROM "{table}" WHERE deleted = 1 AND updated_at < ?1)))"#,
                 purged = backfill_core::Digest::PURGED
             ),
+            history: history.then(|| HistoryStatements::new(table)),
         }
     }
 }
@@ -837,7 +1007,7 @@ mod tests {
     fn unlisted_rows_are_found_by_index() {
         let conn = table();
         conn.execute(LISTED_CREATE, []).unwrap();
-        let sql = Statements::new("t", &Columns::default());
+        let sql = Statements::new("t", &Columns::default(), false);
         for statement in [&sql.count_unlisted, &sql.unlist] {
             let mut plan = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {statement}"))

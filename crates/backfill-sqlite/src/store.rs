@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use backfill_core::columns::Columns;
 use backfill_core::{
-    Counts, DayFailure, DayWrite, Digest, Error, LedgerEntry, Record, Result, RunId, Store,
-    SyncedDay, MAX_KEY_BYTES,
+    Counts, DayFailure, DayWrite, Digest, Error, HistoryRow, LedgerEntry, Record, Result, RunId,
+    Store, SyncedDay, MAX_KEY_BYTES,
 };
 use chrono::{DateTime, NaiveDate, Utc};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -63,6 +63,7 @@ struct Inner {
     staged: AtomicU64,
     pages: PageSize,
     columns: Columns,
+    history_started_with: Option<u64>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -86,6 +87,8 @@ pub(crate) struct Opened {
     /// `total_changes()` when opening was done: the rows opening itself
     /// wrote (a version row), not counted as the store's.
     pub(crate) changes_at_open: u64,
+    /// Whether the table keeps history, and whether opening turned it on.
+    pub(crate) history: crate::migrate::HistoryOpened,
 }
 
 impl SqliteStore {
@@ -99,7 +102,8 @@ impl SqliteStore {
         Self {
             inner: Arc::new(Inner {
                 conn: Mutex::new(opened.conn),
-                sql: Statements::new(&table, &columns),
+                sql: Statements::new(&table, &columns, opened.history.on),
+                history_started_with: opened.history.started_with,
                 table,
                 location,
                 read_only: opened.read_only,
@@ -115,6 +119,19 @@ impl SqliteStore {
     /// The store's typed columns, in the table's order.
     pub fn columns(&self) -> &Columns {
         &self.inner.columns
+    }
+
+    /// Whether the table keeps [history](backfill_core::history)
+    /// ([`SqliteStoreBuilder::history`](crate::SqliteStoreBuilder::history)).
+    pub fn keeps_history(&self) -> bool {
+        self.inner.sql.history.is_some()
+    }
+
+    /// When opening turned history on for the table: how many rows it
+    /// held, each now a version in history. `None` when history was on
+    /// already, or is off.
+    pub fn history_started_with(&self) -> Option<u64> {
+        self.inner.history_started_with
     }
 
     /// The table this store keeps its records in.
@@ -288,6 +305,45 @@ impl Store for SqliteStore {
         let counts = joined(write).await?;
         drop(abandoned); // After the write: it has nothing to stop then.
         counts
+    }
+
+    async fn history(&self) -> Result<Vec<HistoryRow>> {
+        self.with_conn(|conn, sql| {
+            let history = sql.history.as_ref().ok_or(Error::HistoryOff)?;
+            let mut stmt = conn.prepare_cached(&history.all).map_err(backend)?;
+            let rows = stmt
+                .query_map([], |row| {
+                    Ok((read_row(row)?, row.get::<_, Option<String>>(5)?))
+                })
+                .map_err(backend)?;
+            rows.map(|row| {
+                let (raw, valid_to) = row.map_err(backend)?;
+                let valid_to = match valid_to {
+                    Some(text) => Some(parse_instant(&text).ok_or_else(|| {
+                        Error::backend(
+                            BACKEND,
+                            false,
+                            format!("history holds an unreadable valid_to {text:?}"),
+                        )
+                    })?),
+                    None => None,
+                };
+                Ok(HistoryRow {
+                    record: into_record(raw)?,
+                    valid_to,
+                })
+            })
+            .collect()
+        })
+        .await
+    }
+
+    async fn as_of(&self, at: DateTime<Utc>) -> Result<Vec<Record>> {
+        self.with_conn(move |conn, sql| {
+            let history = sql.history.as_ref().ok_or(Error::HistoryOff)?;
+            query_rows(conn, &history.as_of, [format_instant(at)])
+        })
+        .await
     }
 
     async fn ledger(&self, days: RangeInclusive<NaiveDate>) -> Result<Vec<LedgerEntry>> {

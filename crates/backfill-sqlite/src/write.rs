@@ -104,6 +104,9 @@ pub(crate) fn apply_day(
         let unlisted = unlist(&tx, w.sql, day, as_of)?;
         counts.deleted += unlisted;
         counts.unlisted = unlisted;
+        if let Some(history) = &w.sql.history {
+            keep_listing(&tx, history, day.day(), as_of)?;
+        }
         clear_listed()?;
     }
     // 4.
@@ -183,7 +186,10 @@ fn abandoned() -> Error {
 fn stage_keys(conn: &Connection, w: &Writer<'_>, page: &[Record]) -> Result<()> {
     let mut stage = conn.prepare_cached(LISTED_ADD).map_err(backend)?;
     for record in page {
-        let added = stage.execute([record.key()]).map_err(backend)?;
+        let instant = format_instant(record.updated_at());
+        let added = stage
+            .execute(params![record.key(), instant])
+            .map_err(backend)?;
         w.staged.fetch_add(added as u64, Relaxed);
     }
     Ok(())
@@ -227,6 +233,10 @@ fn merge_page(
     let mut insert = conn.prepare_cached(&sql.insert_absent).map_err(backend)?;
     let mut stored = conn.prepare_cached(&sql.get_version).map_err(backend)?;
     let mut update = conn.prepare_cached(&sql.update_older).map_err(backend)?;
+    let mut history = match &sql.history {
+        Some(h) => Some(conn.prepare_cached(&h.insert).map_err(backend)?),
+        None => None,
+    };
     let n = page.columns;
     for (i, record) in page.records.iter().enumerate() {
         let typed = &page.typed[i * n..(i + 1) * n];
@@ -254,8 +264,25 @@ fn merge_page(
         // What the statements' CASE makes of the record when they write it
         // (the same comparison, on the same text, for counting only).
         let tombstone = deleted == 1 || mark.is_some_and(|m| instant.as_str() <= m);
+        // History keeps every version as delivered: all but one identical
+        // to the stored row, which history holds already.
+        let keep = |history: &mut Option<rusqlite::CachedStatement<'_>>| -> Result<()> {
+            if let Some(history) = history {
+                history
+                    .execute(params![
+                        record.key(),
+                        date,
+                        record.value(),
+                        instant,
+                        deleted
+                    ])
+                    .map_err(backend)?;
+            }
+            Ok(())
+        };
         // An absent key: one plain insert, as fast as a bulk load.
         if insert.execute(values()).map_err(backend)? == 1 {
+            keep(&mut history)?;
             if tombstone {
                 counts.deleted += 1;
             } else {
@@ -280,8 +307,12 @@ fn merge_page(
         );
         match incoming.cmp(&stored_version) {
             Ordering::Equal => counts.unchanged += 1,
-            Ordering::Less => counts.stale += 1,
+            Ordering::Less => {
+                counts.stale += 1;
+                keep(&mut history)?;
+            }
             Ordering::Greater => {
+                keep(&mut history)?;
                 if update.execute(values()).map_err(backend)? != 1 {
                     return Err(Error::backend(
                         BACKEND,
@@ -340,6 +371,24 @@ fn unlist(
         ));
     }
     Ok(tombstoned)
+}
+
+/// A listing in history: the day's versions it lacks are absent from its
+/// instant on (unless an earlier listing lacked them first), and the
+/// instant is kept for versions that arrive later.
+fn keep_listing(
+    conn: &Connection,
+    sql: &crate::sql::HistoryStatements,
+    day: NaiveDate,
+    as_of: DateTime<Utc>,
+) -> Result<()> {
+    let (day, as_of) = (format_date(day), format_instant(as_of));
+    for statement in [&sql.lacked, &sql.listing] {
+        conn.prepare_cached(statement)
+            .and_then(|mut stmt| stmt.execute(params![day, as_of]))
+            .map_err(backend)?;
+    }
+    Ok(())
 }
 
 /// The day's ledger row: its success, its failure cleared, a listing's

@@ -35,6 +35,44 @@ mod in_pages_of_two {
     });
 }
 
+/// History: its own cases on a file, and the whole suite again with
+/// history on (keeping it changes nothing the records table does), in
+/// pages of two so that a listing's versions span many pages.
+mod with_history {
+    use super::*;
+
+    backfill_core::history_conformance_tests!(with_guard: async {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::builder(dir.path().join("records.db"))
+            .history(true)
+            .open()
+            .await
+            .unwrap();
+        (store, dir)
+    });
+
+    mod in_pages_of_two {
+        use super::*;
+
+        backfill_core::history_conformance_tests!(async {
+            SqliteStore::builder_in_memory()
+                .history(true)
+                .page_rows(2)
+                .open()
+                .await
+                .unwrap()
+        });
+        backfill_core::conformance_tests!(async {
+            SqliteStore::builder_in_memory()
+                .history(true)
+                .page_rows(2)
+                .open()
+                .await
+                .unwrap()
+        });
+    }
+}
+
 /// The typed-column cases, on a file of each test's own, read back with a
 /// connection of their own in SQLite's types.
 mod typed_columns {

@@ -12,6 +12,9 @@
 //!   the last success, and is upgraded from version 2.
 //! - `tombstones`: tombstones, listings, the watermark and purge as SQLite
 //!   stores them, and a re-run writes no record.
+//! - `history`: history as SQLite keeps it: a re-run writes none, turning
+//!   it on for a table with rows, its objects checked on open, and the
+//!   analyst's SQL against its view.
 //! - `pages`: a streamed day written a few records at a time leaves what
 //!   the same records leave as one batch.
 //! - `limits`: values too large for SQLite are invalid records, refused
@@ -23,6 +26,7 @@
 mod columns;
 mod conformance;
 mod existing_table;
+mod history;
 mod ledger;
 mod limits;
 mod open;
