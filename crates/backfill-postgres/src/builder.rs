@@ -33,6 +33,7 @@ pub struct PostgresStoreBuilder {
     connect_timeout: Option<Duration>,
     columns: Vec<Column>,
     column_changes: bool,
+    history: bool,
     #[cfg(feature = "tls")]
     tls: Option<Tls>,
 }
@@ -49,6 +50,7 @@ impl Default for PostgresStoreBuilder {
             connect_timeout: None,
             columns: Vec::new(),
             column_changes: false,
+            history: false,
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -111,6 +113,24 @@ impl PostgresStoreBuilder {
     /// DDL rights on the table, as adding a column does.
     pub fn allow_column_changes(mut self, allow: bool) -> Self {
         self.column_changes = allow;
+        self
+    }
+
+    /// Whether the table keeps [history](backfill_core::history) (default
+    /// `false`): every version of every key, valid from its `updated_at`,
+    /// read with [`Store::history`](backfill_core::Store::history) and
+    /// [`Store::as_of`](backfill_core::Store::as_of), and by people through
+    /// the view `<table>_history` (see the [crate docs](crate#history)).
+    /// The table's name may then have at most 54 bytes.
+    ///
+    /// Turned on for a table with rows, history starts from them: one
+    /// version per key ([`PostgresStore::history_started_with`] says how
+    /// many). Once on, it stays on: a store opened on the table without
+    /// this keeps writing it, so that no writer leaves a hole. Turning it
+    /// off is dropping the view `<table>_history` and the tables
+    /// `"<table>:versions"` and `"<table>:listings"`.
+    pub fn history(mut self, history: bool) -> Self {
+        self.history = history;
         self
     }
 
@@ -304,11 +324,15 @@ impl PostgresStoreBuilder {
             self.column_changes,
         )
         .await?;
+        let history =
+            crate::history::prepare(&tx, schema, name, self.history, self.create_if_missing)
+                .await?;
         tx.commit().await.map_err(open_error)?;
         drop(client);
         Ok(PostgresStore {
             pool,
-            sql: Arc::new(Statements::new(schema, name, &columns)),
+            sql: Arc::new(Statements::new(schema, name, &columns, history.on)),
+            history_started_with: history.started_with,
             page_rows: self.page_rows,
             page_bytes: self.page_bytes,
             columns: Arc::new(columns),

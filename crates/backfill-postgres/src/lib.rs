@@ -330,6 +330,7 @@
 // worth a retry; and `tls.rs` (feature `tls`) the rustls connector.
 mod builder;
 mod error;
+mod history;
 mod migrate;
 mod schema;
 mod slices;

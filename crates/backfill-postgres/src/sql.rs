@@ -413,13 +413,15 @@ pub(crate) struct Statements {
     pub(crate) ledger: String,
     /// Removes the tombstones older than `$1`.
     pub(crate) purge: String,
+    /// History's statements, when the table keeps it.
+    pub(crate) history: Option<crate::history::HistoryStatements>,
 }
 
 impl Statements {
     /// Every statement's text for `schema`.`table`. Long because it is the
     /// store's whole SQL, one field after another, each text beside the
     /// names it is built from; a reader looks a statement up here by name.
-    pub(crate) fn new(schema: &str, table: &str, typed: &Columns) -> Self {
+    pub(crate) fn new(schema: &str, table: &str, typed: &Columns, history: bool) -> Self {
         let t = qualified(schema, table);
         let days = qualified(schema, DAYS_TABLE);
         let cols = COLUMNS;
@@ -705,6 +707,7 @@ WITH doomed AS (
 SELECT count(*) FROM purged"#,
                 purged = backfill_core::Digest::PURGED
             ),
+            history: history.then(|| crate::history::HistoryStatements::new(schema, table)),
         }
     }
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use backfill_core::columns::Columns;
 use backfill_core::{
-    Counts, DayFailure, DayWrite, Digest, Error, LedgerEntry, Record, Result, RunId, Store,
-    SyncedDay,
+    Counts, DayFailure, DayWrite, Digest, Error, HistoryRow, LedgerEntry, Record, Result, RunId,
+    Store, SyncedDay,
 };
 use chrono::{DateTime, NaiveDate, Utc};
 use deadpool_postgres::Pool;
@@ -34,6 +34,8 @@ pub struct PostgresStore {
     /// Where the pool connects (`host:port`), for messages; `None` for a
     /// pool the user built.
     pub(crate) server: Option<Arc<str>>,
+    /// When opening turned history on: the rows the table held.
+    pub(crate) history_started_with: Option<u64>,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -56,6 +58,19 @@ impl PostgresStore {
     /// This store's table.
     pub fn table(&self) -> &str {
         &self.sql.table
+    }
+
+    /// Whether the table keeps [history](backfill_core::history)
+    /// ([`PostgresStoreBuilder::history`](crate::PostgresStoreBuilder::history)).
+    pub fn keeps_history(&self) -> bool {
+        self.sql.history.is_some()
+    }
+
+    /// When opening turned history on for the table: how many rows it
+    /// held, each now a version in history. `None` when history was on
+    /// already, or is off.
+    pub fn history_started_with(&self) -> Option<u64> {
+        self.history_started_with
     }
 
     /// The pool this store uses.
@@ -120,6 +135,29 @@ impl Store for PostgresStore {
     /// time; a batch is one page: see the crate docs.
     async fn apply(&self, day: DayWrite) -> Result<Counts> {
         apply_day(self.writer(), day).await
+    }
+
+    async fn history(&self) -> Result<Vec<HistoryRow>> {
+        let history = self.sql.history.as_ref().ok_or(Error::HistoryOff)?;
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&history.all)
+            .await
+            .map_err(pg_error)?;
+        let rows = client.query(&stmt, &[]).await.map_err(pg_error)?;
+        rows.iter()
+            .map(|row| {
+                Ok(HistoryRow {
+                    record: into_record(row)?,
+                    valid_to: row.try_get(5).map_err(pg_error)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn as_of(&self, at: DateTime<Utc>) -> Result<Vec<Record>> {
+        let history = self.sql.history.as_ref().ok_or(Error::HistoryOff)?;
+        self.read(&history.as_of, &[&at]).await
     }
 
     async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {

@@ -130,6 +130,9 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
     // listing's tombstones.
     let mut counts = Counts::default();
     let mut first = true;
+    // A day of one page (a batch) kept for history, which reads the pages
+    // of a longer day again.
+    let mut only_page = None;
     while let Some(records) = page {
         // The day's only page (a batch's): all of the day's records.
         let whole_day = (std::mem::take(&mut first) && day.is_done()).then(|| day.day());
@@ -153,6 +156,9 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
         writes
             .page(&tx, &records, &lacked, whole_day, &mut counts)
             .await?;
+        if whole_day.is_some() && sql.history.is_some() {
+            only_page = Some(records);
+        }
         let (back, next) = match reading {
             Err(day) => (day, None),
             Ok(reading) => {
@@ -179,10 +185,123 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
         day.check_replace(counts.unlisted, live_now as u64 + counts.unlisted)?;
     }
 
+    // 5. History, once every row of the day is written (see
+    // [`keep_history`]).
+    if let Some(history) = &sql.history {
+        day = keep_history(&tx, history, day, only_page, rows, bytes).await?;
+    }
+
     // 4.
     write_ledger(&tx, sql, day.day(), &day.synced(counts)).await?;
     tx.commit().await.map_err(pg_error)?;
     Ok(counts)
+}
+
+/// History's share of an apply, after every record of the day is merged:
+/// the day's pages read again (a day of one page is `only_page`), each
+/// page's versions new to history inserted in key order and, for a
+/// listing, the day's versions of the page's key range that the listing
+/// lacks marked absent from its instant; then the listing's instant kept.
+///
+/// After the merge, so that an apply takes every lock on the records
+/// table (in key order, page after page) before any on history (in key
+/// order again): two writers can wait for each other only in one order,
+/// and none waits on history while holding a row another needs first. A
+/// version history holds already is not even locked, so a re-run waits
+/// on no one here. A listing's marks touch only its own day's versions,
+/// which no other writer changes while the listing holds the day's lock.
+async fn keep_history(
+    tx: &Transaction<'_>,
+    sql: &crate::history::HistoryStatements,
+    mut day: DayWrite,
+    only_page: Option<Vec<Record>>,
+    rows: usize,
+    bytes: usize,
+) -> Result<DayWrite> {
+    let insert = tx.prepare_cached(&sql.insert).await.map_err(pg_error)?;
+    let lacked = match day.as_of() {
+        Some(as_of) => Some((
+            tx.prepare_cached(&sql.lacked).await.map_err(pg_error)?,
+            day.day(),
+            as_of,
+        )),
+        None => None,
+    };
+    let mut page = match only_page {
+        Some(page) => Some(page),
+        None => {
+            let (back, first) = blocking(day, rows, bytes, true).await?;
+            day = back;
+            first
+        }
+    };
+    let mut after: Option<String> = None;
+    let mut to_the_end = false;
+    while let Some(records) = page {
+        let keys: Vec<&str> = records.iter().map(Record::key).collect();
+        let dates: Vec<NaiveDate> = records.iter().map(Record::event_date).collect();
+        let values: Vec<&str> = records.iter().map(Record::value).collect();
+        let instants: Vec<DateTime<Utc>> = records.iter().map(Record::updated_at).collect();
+        let deleted: Vec<bool> = records.iter().map(Record::is_deleted).collect();
+        tx.execute(&insert, &[&keys, &dates, &values, &instants, &deleted])
+            .await
+            .map_err(pg_error)?;
+        let last = day.is_done();
+        if let Some((lacked, listed, as_of)) = &lacked {
+            let upto = (!last).then(|| keys.last().copied()).flatten();
+            tx.execute(lacked, &[listed, as_of, &after, &upto, &keys, &instants])
+                .await
+                .map_err(pg_error)?;
+            after = keys.last().map(|k| (*k).to_owned());
+            to_the_end |= last;
+        }
+        page = match last {
+            true => None,
+            false => {
+                let (back, next) = blocking(day, rows, bytes, false).await?;
+                day = back;
+                next
+            }
+        };
+    }
+    if let Some((lacked, listed, as_of)) = &lacked {
+        if !to_the_end {
+            // A listing of no records, or the key space after its last.
+            let none: &[&str] = &[];
+            let no_instants: &[DateTime<Utc>] = &[];
+            tx.execute(
+                lacked,
+                &[listed, as_of, &after, &None::<&str>, &none, &no_instants],
+            )
+            .await
+            .map_err(pg_error)?;
+        }
+        let listing = tx.prepare_cached(&sql.listing).await.map_err(pg_error)?;
+        tx.execute(&listing, &[listed, as_of])
+            .await
+            .map_err(pg_error)?;
+    }
+    Ok(day)
+}
+
+/// The day's next page, or (`rewind`) its first again, read on the
+/// blocking pool (a streamed day's pages come from temporary files).
+async fn blocking(
+    mut day: DayWrite,
+    rows: usize,
+    bytes: usize,
+    rewind: bool,
+) -> Result<(DayWrite, Option<Vec<Record>>)> {
+    let (day, page) = tokio::task::spawn_blocking(move || {
+        let page = match rewind {
+            true => day.rewind().and_then(|_| next_page(&mut day, rows, bytes)),
+            false => next_page(&mut day, rows, bytes),
+        };
+        (day, page)
+    })
+    .await
+    .map_err(|e| Error::backend(BACKEND, false, format!("reading a page again: {e}")))?;
+    Ok((day, page?))
 }
 
 /// What the write path needs of its store, and nothing else.

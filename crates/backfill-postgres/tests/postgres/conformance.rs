@@ -25,6 +25,35 @@ mod in_chunks_of_two {
     backfill_core::conformance_tests!(optional: store());
 }
 
+/// History: its own cases, and the whole suite again with history on
+/// (keeping it changes nothing the records table does) in chunks of two,
+/// so that every streamed day's history is written from many pages.
+mod with_history {
+    use backfill_postgres::PostgresStore;
+    use backfill_testkit as testkit;
+
+    async fn store(page_rows: usize) -> Option<PostgresStore> {
+        let url = testkit::url().await?;
+        let store = PostgresStore::builder()
+            .schema(testkit::unique_schema())
+            .history(true)
+            .page_rows(page_rows)
+            .connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to the test Postgres: {e}"));
+        Some(store)
+    }
+
+    backfill_core::history_conformance_tests!(optional: store(10_000));
+
+    mod in_chunks_of_two {
+        use super::store;
+
+        backfill_core::history_conformance_tests!(optional: store(2));
+        backfill_core::conformance_tests!(optional: store(2));
+    }
+}
+
 /// The typed-column cases, on a schema of each test's own, read back in
 /// Postgres' own types.
 mod typed_columns {

@@ -14,6 +14,9 @@
 //! - `first_pass`: the COPY of a chunk found absent raced by another
 //!   writer (counts exact, the apply's writes undone and merged), writers
 //!   with different chunks never deadlocking.
+//! - `history`: a re-run writes no history tuple, writers cut into
+//!   different pages never deadlock on it, turning it on, its objects
+//!   checked on open, and the analyst's SQL against its view.
 //! - `open`: opening checks an existing table and the metadata tables,
 //!   upgrades version-1 tables and version-2 schemas in place, needs no DDL rights when
 //!   everything exists, and names indexes that cannot collide.
@@ -28,6 +31,7 @@ mod behaviour;
 mod columns;
 mod conformance;
 mod first_pass;
+mod history;
 mod large_values;
 mod ledger;
 mod open;
