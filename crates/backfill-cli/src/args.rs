@@ -91,6 +91,21 @@ Examples:
 Example:
   backfill purge-tombstones --before 2026-01-01T00:00:00Z")]
     PurgeTombstones(PurgeArgs),
+    /// The live rows as JSON Lines, one record per line in key order: as
+    /// they are, or as they were at an instant (`--as-of`, from history).
+    #[command(after_help = "\
+Examples:
+  backfill rows > rows.jsonl
+  # the table as it was at the start of March (the table keeps history)
+  backfill rows --as-of 2026-03-01T00:00:00Z")]
+    Rows(RowsArgs),
+    /// Every version of every key, from history, as JSON Lines in key
+    /// order: each with `valid_from` and `valid_to` (null while it is the
+    /// newest); a delete is a line with `"deleted": true`.
+    #[command(after_help = "\
+Example:
+  backfill history | jq 'select(.key == \"order:1\")'")]
+    History(HistoryArgs),
     /// Every setting in effect — from flags, `BACKFILL_*` variables, the
     /// configuration file's profile or the defaults — with where it comes
     /// from; passwords hidden.
@@ -164,6 +179,13 @@ pub(crate) struct StoreArgs {
     /// that does not fit its new type changes nothing.
     #[arg(long)]
     pub(crate) allow_column_changes: bool,
+    /// Keep every version of every key, valid from its `updated_at`, in
+    /// history beside the table (people query the view `<table>_history`;
+    /// `backfill rows --as-of` and `backfill history` read it). Turned on
+    /// for a table with rows, history starts from them; once on, it stays
+    /// on.
+    #[arg(long)]
+    pub(crate) history: bool,
 }
 
 impl StoreArgs {
@@ -455,6 +477,22 @@ pub(crate) struct StatusArgs {
     /// Short for `--format json`.
     #[arg(long, conflicts_with = "format")]
     pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RowsArgs {
+    /// The rows as they were at this instant (RFC 3339, or a day for its
+    /// midnight UTC), by history: the table must keep it (`--history`).
+    #[arg(long, value_parser = parse_instant, value_name = "INSTANT")]
+    pub(crate) as_of: Option<DateTime<Utc>>,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct HistoryArgs {
     #[command(flatten)]
     pub(crate) store: StoreArgs,
 }

@@ -161,6 +161,7 @@ pub(crate) fn apply_store(resolved: &Resolved, store: &mut StoreArgs) -> Result<
     store.schema = s.schema.clone().unwrap_or_default();
     store.table = s.table.clone().unwrap_or_default();
     store.allow_column_changes = s.allow_column_changes.unwrap_or(false);
+    store.history = s.history.unwrap_or(false);
     store.columns = s
         .columns
         .iter()

@@ -84,6 +84,7 @@
 
 mod args;
 mod config;
+mod export;
 mod failure;
 pub mod fetch;
 pub mod jsonl;
@@ -151,6 +152,8 @@ pub fn main() -> ExitCode {
             Command::Backfill(args) => run::backfill(args, &resolved).await,
             Command::Status(args) => status::run(args, &resolved).await,
             Command::PurgeTombstones(args) => run::purge(args, &resolved).await,
+            Command::Rows(args) => export::rows(args, &resolved).await,
+            Command::History(args) => export::history(args, &resolved).await,
             Command::Config(args) => config::show(&args, &resolved),
         };
         match outcome {

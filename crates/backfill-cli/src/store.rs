@@ -160,7 +160,8 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
             let mut builder = SqliteStore::builder(&path)
                 .table(args.table.as_str())
                 .columns(columns)
-                .allow_column_changes(args.allow_column_changes && access != Access::Read);
+                .allow_column_changes(args.allow_column_changes && access != Access::Read)
+                .history(args.history && access != Access::Read);
             // SQLite's own word for this is "unable to open database file".
             let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
             if let Some(dir) = parent.filter(|dir| !dir.is_dir()) {
@@ -180,6 +181,7 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
                 builder = builder.read_only(true);
             }
             let store = builder.open().await.map_err(|e| scrub(&e, e.to_string()))?;
+            history_started(args, store.history_started_with());
             if access != Access::Read {
                 // A database another process holds the write lock on (past
                 // the busy timeout) is out of reach now: said before any
@@ -195,7 +197,8 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
                 .schema(args.schema.as_str())
                 .table(args.table.as_str())
                 .columns(columns)
-                .allow_column_changes(args.allow_column_changes && access != Access::Read);
+                .allow_column_changes(args.allow_column_changes && access != Access::Read)
+                .history(args.history && access != Access::Read);
             match access {
                 Access::Write { connections } => builder = builder.pool_size(connections.max(2)),
                 Access::Read => builder = builder.create_if_missing(false),
@@ -207,13 +210,27 @@ pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Sto
                 }
                 builder = builder.tls(tls);
             }
-            let store = builder.connect(&url).await;
-            Ok(Box::new(store.map_err(|error| {
+            let store = builder.connect(&url).await.map_err(|error| {
                 let text = postgres_text(&error, access);
                 scrub(&error, text)
-            })?))
+            })?;
+            history_started(args, store.history_started_with());
+            Ok(Box::new(store))
         }
         StoreUrl::Delta(location) => open_delta(args, access, &location, &columns, &scrub).await,
+    }
+}
+
+/// Says on stderr that opening turned history on, and from how many rows.
+fn history_started(args: &StoreArgs, started_with: Option<u64>) {
+    let table = &args.table;
+    match started_with {
+        Some(0) => eprintln!("history is on for table {table} (the view {table}_history)"),
+        Some(rows) => eprintln!(
+            "history is on for table {table}: it starts from its {rows} rows, one version \
+             each (the view {table}_history)"
+        ),
+        None => {}
     }
 }
 
@@ -267,6 +284,9 @@ async fn open_delta(
 fn not_for_delta(args: &StoreArgs) -> Option<&'static str> {
     if args.tls_root_cert.is_some() {
         return Some("--tls-root-cert");
+    }
+    if args.history {
+        return Some("--history (history is kept in SQLite and Postgres)");
     }
     if args.schema != backfill_postgres::DEFAULT_SCHEMA {
         return Some("--schema");

@@ -2044,3 +2044,140 @@ async fn delta_tables_keep_typed_columns_from_the_command_line() {
     assert_ne!(code(&bare), 0, "{}", show(&bare));
     assert!(text(&bare.stderr).contains("status"), "{}", show(&bare));
 }
+
+/// `--history`: turned on by a backfill (and said so), kept by a sync run
+/// without the flag; `rows --as-of` reads the table as it was, `rows` as
+/// it is, `history` every version with when it was valid; the lines read
+/// back as a fetch store the same text. A store without history says so.
+#[tokio::test]
+async fn history_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stores = vec![("sqlite".to_owned(), "sqlite://backfill.db".to_owned(), None)];
+    if let Some(url) = backfill_testkit::url().await {
+        stores.push((
+            "postgres".to_owned(),
+            url,
+            Some(backfill_testkit::unique_schema()),
+        ));
+    }
+    std::fs::create_dir(dir.path().join("v1")).unwrap();
+    std::fs::create_dir(dir.path().join("v2")).unwrap();
+    let line = |key: &str, value: &str, at: &str| {
+        format!(
+            r#"{{"key":"{key}","event_date":"2026-01-01","value":{value},"updated_at":"{at}"}}"#
+        )
+    };
+    std::fs::write(
+        dir.path().join("v1/2026-01-01.jsonl"),
+        [
+            line("a", r#"{"n":1,"s":"x"}"#, "2026-01-01T10:00:00Z"),
+            line("b", r#""plain""#, "2026-01-01T10:00:00Z"),
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("v2/2026-01-01.jsonl"),
+        line("a", r#"{"n":2}"#, "2026-01-02T10:00:00Z"),
+    )
+    .unwrap();
+    for (name, url, schema) in stores {
+        let with_store = |command: &mut Command| {
+            command.args(["--store", &url]);
+            if let Some(schema) = &schema {
+                command.args(["--schema", schema]);
+            }
+        };
+        let mut first = backfill(dir.path());
+        range(&mut first, 1, 1).args(["--history", "--fetch-files", "v1/{day}.jsonl"]);
+        with_store(&mut first);
+        let output = run(&mut first);
+        assert_eq!(code(&output), 0, "{name}: {}", show(&output));
+        assert!(
+            text(&output.stderr).contains("history is on for table backfill_records"),
+            "{name}: {}",
+            show(&output)
+        );
+        let mut second = backfill(dir.path());
+        second.args([
+            "sync",
+            "--day",
+            "2026-01-01",
+            "--fetch-files",
+            "v2/{day}.jsonl",
+        ]);
+        with_store(&mut second);
+        assert_eq!(code(&run(&mut second)), 0, "{name}");
+
+        let lines = |args: &[&str]| -> Vec<Value> {
+            let mut command = backfill(dir.path());
+            command.args(args);
+            with_store(&mut command);
+            let output = run(&mut command);
+            assert_eq!(code(&output), 0, "{name} {args:?}: {}", show(&output));
+            text(&output.stdout)
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        };
+        let then = lines(&["rows", "--as-of", "2026-01-02T00:00:00Z"]);
+        let values: Vec<&str> = then.iter().map(|l| l["value"].as_str().unwrap()).collect();
+        assert_eq!(values, [r#"{"n":1,"s":"x"}"#, "plain"], "{name}");
+        let now = lines(&["rows"]);
+        let values: Vec<&str> = now.iter().map(|l| l["value"].as_str().unwrap()).collect();
+        assert_eq!(values, [r#"{"n":2}"#, "plain"], "{name}");
+        let history = lines(&["history"]);
+        let spans: Vec<(&str, &str, Option<&str>)> = history
+            .iter()
+            .map(|l| {
+                (
+                    l["key"].as_str().unwrap(),
+                    l["valid_from"].as_str().unwrap(),
+                    l["valid_to"].as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            spans,
+            [
+                ("a", "2026-01-01T10:00:00Z", Some("2026-01-02T10:00:00Z")),
+                ("a", "2026-01-02T10:00:00Z", None),
+                ("b", "2026-01-01T10:00:00Z", None),
+            ],
+            "{name}"
+        );
+
+        // The lines of `rows --as-of`, fetched into another table, store
+        // the same text.
+        std::fs::create_dir_all(dir.path().join("then")).unwrap();
+        let text_lines: Vec<String> = then.iter().map(Value::to_string).collect();
+        std::fs::write(
+            dir.path().join("then/2026-01-01.jsonl"),
+            text_lines.join("\n"),
+        )
+        .unwrap();
+        let mut copy = backfill(dir.path());
+        range(&mut copy, 1, 1).args(["--table", "copied", "--fetch-files", "then/{day}.jsonl"]);
+        with_store(&mut copy);
+        assert_eq!(code(&run(&mut copy)), 0, "{name}");
+        assert_eq!(lines(&["rows", "--table", "copied"]), then, "{name}");
+
+        // A table without history.
+        let mut none = backfill(dir.path());
+        none.args([
+            "rows",
+            "--table",
+            "copied",
+            "--as-of",
+            "2026-01-02T00:00:00Z",
+        ]);
+        with_store(&mut none);
+        let output = run(&mut none);
+        assert_eq!(code(&output), 1, "{name}: {}", show(&output));
+        assert!(
+            text(&output.stderr).contains("keeps no history"),
+            "{name}: {}",
+            show(&output)
+        );
+    }
+}

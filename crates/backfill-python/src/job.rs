@@ -80,7 +80,7 @@ impl PyJob {
         *, concurrency=None, retries=None, retry_delay=None, max_retry_delay=None, mode=None,
         allow_empty_replace=None, max_delete_fraction=None, only="all", skip_unchanged=None,
         time_zone=None, fail_fast=None, day_timeout=None, dry_run=false, run_id=None,
-        stream_memory=None, on_event=None
+        stream_memory=None, lenient_event_dates=None, on_event=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -99,6 +99,7 @@ impl PyJob {
         dry_run: bool,
         run_id: Option<String>,
         stream_memory: Option<usize>,
+        lenient_event_dates: Option<bool>,
         on_event: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let settings = Settings {
@@ -119,6 +120,7 @@ impl PyJob {
             fail_fast,
             day_timeout: day_timeout.map(secs).transpose()?,
             stream_memory,
+            lenient_event_dates,
             ..Settings::default()
         };
         PyJob::of(settings, parse_only(only)?, dry_run, run_id, on_event)

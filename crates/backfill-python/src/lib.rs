@@ -37,6 +37,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyRecord>()?;
     m.add_class::<PyListing>()?;
+    m.add_class::<stores::PyHistoryRow>()?;
     m.add_class::<PyMemoryStore>()?;
     m.add_class::<PySqliteStore>()?;
     m.add_class::<PyDeltaStore>()?;

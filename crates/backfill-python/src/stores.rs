@@ -31,16 +31,34 @@ pub(crate) struct PyMemoryStore {
 
 #[pymethods]
 impl PyMemoryStore {
+    /// `MemoryStore(history=False)`: `history` keeps every version of
+    /// every key, read with `history()` and `as_of(instant)`.
     #[new]
-    fn new() -> Self {
+    #[pyo3(signature = (history=false))]
+    fn new(history: bool) -> Self {
+        let store = match history {
+            true => MemoryStore::with_history(),
+            false => MemoryStore::new(),
+        };
         Self {
-            store: Shared(Arc::new(MemoryStore::new())),
+            store: Shared(Arc::new(store)),
         }
     }
 
     /// Every live record, in key order.
     fn rows(&self, py: Python<'_>) -> PyResult<Vec<PyRecord>> {
         rows(py, &self.store)
+    }
+
+    /// The live records as they were at `instant` (an aware `datetime` or
+    /// an RFC 3339 string), by history, in key order.
+    fn as_of(&self, py: Python<'_>, instant: &Bound<'_, PyAny>) -> PyResult<Vec<PyRecord>> {
+        as_of(py, &self.store, instant)
+    }
+
+    /// Every version of every key, with when it was valid, in key order.
+    fn history(&self, py: Python<'_>) -> PyResult<Vec<PyHistoryRow>> {
+        history(py, &self.store)
     }
 }
 
@@ -59,15 +77,20 @@ impl PySqliteStore {
     /// `--column` does (`"total_cents:integer"`,
     /// `"customer:text?=customer.id"`); `allow_column_changes` lets opening
     /// drop the table's typed columns the declaration lacks and remake
-    /// those it declares with another type, instead of refusing the table.
+    /// those it declares with another type, instead of refusing the table;
+    /// `history` keeps every version of every key beside the table (the
+    /// view `<table>_history`), read with `history()` and
+    /// `as_of(instant)`: turned on for a table with rows, it starts from
+    /// them, and once on it stays on.
     #[new]
-    #[pyo3(signature = (path, table=None, columns=None, allow_column_changes=false))]
-    fn new(
+    #[pyo3(signature = (path, table=None, columns=None, allow_column_changes=false, history=false))]
+    pub(crate) fn new(
         py: Python<'_>,
         path: std::path::PathBuf,
         table: Option<String>,
         columns: Option<Vec<String>>,
         allow_column_changes: bool,
+        history: bool,
     ) -> PyResult<Self> {
         let columns = declared(columns)?;
         let opened = block(py, async move {
@@ -82,6 +105,7 @@ impl PySqliteStore {
             builder
                 .columns(columns)
                 .allow_column_changes(allow_column_changes)
+                .history(history)
                 .open()
                 .await
         })?;
@@ -94,6 +118,17 @@ impl PySqliteStore {
     /// Every live record, in key order.
     fn rows(&self, py: Python<'_>) -> PyResult<Vec<PyRecord>> {
         rows(py, &self.store)
+    }
+
+    /// The live records as they were at `instant` (an aware `datetime` or
+    /// an RFC 3339 string), by history, in key order.
+    fn as_of(&self, py: Python<'_>, instant: &Bound<'_, PyAny>) -> PyResult<Vec<PyRecord>> {
+        as_of(py, &self.store, instant)
+    }
+
+    /// Every version of every key, with when it was valid, in key order.
+    fn history(&self, py: Python<'_>) -> PyResult<Vec<PyHistoryRow>> {
+        history(py, &self.store)
     }
 }
 
@@ -108,16 +143,17 @@ pub(crate) struct PyPostgresStore {
 impl PyPostgresStore {
     /// `PostgresStore(url, schema="public", table="backfill_records",
     /// columns=[], allow_column_changes=False)`; `columns` and
-    /// `allow_column_changes` as `SqliteStore`'s.
+    /// `allow_column_changes` and `history` as `SqliteStore`'s.
     #[new]
-    #[pyo3(signature = (url, schema=None, table=None, columns=None, allow_column_changes=false))]
-    fn new(
+    #[pyo3(signature = (url, schema=None, table=None, columns=None, allow_column_changes=false, history=false))]
+    pub(crate) fn new(
         py: Python<'_>,
         url: String,
         schema: Option<String>,
         table: Option<String>,
         columns: Option<Vec<String>>,
         allow_column_changes: bool,
+        history: bool,
     ) -> PyResult<Self> {
         let columns = declared(columns)?;
         let opened = block(py, async move {
@@ -131,6 +167,7 @@ impl PyPostgresStore {
             builder
                 .columns(columns)
                 .allow_column_changes(allow_column_changes)
+                .history(history)
                 .connect(&url)
                 .await
         })?;
@@ -144,6 +181,117 @@ impl PyPostgresStore {
     fn rows(&self, py: Python<'_>) -> PyResult<Vec<PyRecord>> {
         rows(py, &self.store)
     }
+
+    /// The live records as they were at `instant` (an aware `datetime` or
+    /// an RFC 3339 string), by history, in key order.
+    fn as_of(&self, py: Python<'_>, instant: &Bound<'_, PyAny>) -> PyResult<Vec<PyRecord>> {
+        as_of(py, &self.store, instant)
+    }
+
+    /// Every version of every key, with when it was valid, in key order.
+    fn history(&self, py: Python<'_>) -> PyResult<Vec<PyHistoryRow>> {
+        history(py, &self.store)
+    }
+}
+
+/// One row of history: a version of a key (its record's fields) and the
+/// instants it was valid between (`valid_to` `None` while it is the
+/// newest). A delete is a row with `deleted` true.
+#[pyclass(module = "backfill", name = "HistoryRow", frozen)]
+#[derive(Debug, Clone)]
+pub(crate) struct PyHistoryRow {
+    inner: backfill_core::HistoryRow,
+}
+
+#[pymethods]
+impl PyHistoryRow {
+    #[getter]
+    fn key(&self) -> &str {
+        self.inner.record.key()
+    }
+
+    #[getter]
+    fn event_date(&self) -> chrono::NaiveDate {
+        self.inner.record.event_date()
+    }
+
+    #[getter]
+    fn value(&self) -> &str {
+        self.inner.record.value()
+    }
+
+    #[getter]
+    fn updated_at(&self) -> chrono::DateTime<chrono::Utc> {
+        self.inner.record.updated_at()
+    }
+
+    #[getter]
+    fn deleted(&self) -> bool {
+        self.inner.record.is_deleted()
+    }
+
+    /// When this version became the key's: its `updated_at`.
+    #[getter]
+    fn valid_from(&self) -> chrono::DateTime<chrono::Utc> {
+        self.inner.valid_from()
+    }
+
+    /// When the next version took over; `None` while this is the newest.
+    #[getter]
+    fn valid_to(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.inner.valid_to
+    }
+
+    /// The version as a `Record`.
+    #[getter]
+    fn record(&self) -> PyRecord {
+        PyRecord {
+            inner: self.inner.record.clone(),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "HistoryRow(key={:?}, value={:?}, deleted={}, valid_from={}, valid_to={})",
+            self.inner.record.key(),
+            self.inner.record.value(),
+            if self.inner.record.is_deleted() {
+                "True"
+            } else {
+                "False"
+            },
+            self.inner.valid_from().to_rfc3339(),
+            self.inner
+                .valid_to
+                .map_or_else(|| "None".to_owned(), |to| to.to_rfc3339()),
+        )
+    }
+
+    fn __eq__(&self, other: &Self) -> bool {
+        self.inner == other.inner
+    }
+}
+
+pub(crate) fn as_of(
+    py: Python<'_>,
+    store: &Shared,
+    instant: &Bound<'_, PyAny>,
+) -> PyResult<Vec<PyRecord>> {
+    let at = crate::record::to_instant("as_of", instant).map_err(|_| {
+        PyValueError::new_err("as_of: the instant must be an aware datetime or an RFC 3339 string")
+    })?;
+    let store = store.0.clone();
+    let rows = block(py, async move { store.as_of(at).await })?.map_err(to_py)?;
+    Ok(rows.into_iter().map(|inner| PyRecord { inner }).collect())
+}
+
+pub(crate) fn history(py: Python<'_>, store: &Shared) -> PyResult<Vec<PyHistoryRow>> {
+    let store = store.0.clone();
+    let rows = block(py, async move { store.history().await })?.map_err(to_py)?;
+    Ok(rows
+        .into_iter()
+        .map(|inner| PyHistoryRow { inner })
+        .collect())
 }
 
 pub(crate) fn rows(py: Python<'_>, store: &Shared) -> PyResult<Vec<PyRecord>> {
@@ -224,6 +372,17 @@ impl PyDeltaStore {
         rows(py, &self.store)
     }
 
+    /// The live records as they were at `instant` (an aware `datetime` or
+    /// an RFC 3339 string), by history, in key order.
+    fn as_of(&self, py: Python<'_>, instant: &Bound<'_, PyAny>) -> PyResult<Vec<PyRecord>> {
+        as_of(py, &self.store, instant)
+    }
+
+    /// Every version of every key, with when it was valid, in key order.
+    fn history(&self, py: Python<'_>) -> PyResult<Vec<PyHistoryRow>> {
+        history(py, &self.store)
+    }
+
     /// The table's latest version.
     fn version(&self, py: Python<'_>) -> PyResult<u64> {
         let delta = Arc::clone(&self.delta);
@@ -263,12 +422,21 @@ pub(crate) fn store_from_config(
     let url = settings.store.unwrap_or_default();
     let columns = settings.columns.filter(|c| !c.is_empty());
     let allow = settings.allow_column_changes.unwrap_or(false);
+    let history = settings.history.unwrap_or(false);
     if let Some(path) = url.strip_prefix("sqlite://") {
-        let store = PySqliteStore::new(py, path.into(), settings.table, columns, allow)?;
+        let store = PySqliteStore::new(py, path.into(), settings.table, columns, allow, history)?;
         return Ok(Py::new(py, store)?.into_any());
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let store = PyPostgresStore::new(py, url, settings.schema, settings.table, columns, allow)?;
+        let store = PyPostgresStore::new(
+            py,
+            url,
+            settings.schema,
+            settings.table,
+            columns,
+            allow,
+            history,
+        )?;
         return Ok(Py::new(py, store)?.into_any());
     }
     Err(pyo3::exceptions::PyValueError::new_err(format!(

@@ -376,8 +376,17 @@ pub async fn history_dates_a_listings_delete_at_its_instant(store: &dyn Store) {
     // Lacked by a listing of its own instant: valid for no time at all,
     // only the tombstone of that instant is history.
     apply(store, d, vec![rec(&k("4"), d, "d", at(200))]).await;
-    apply_with(store, d, vec![rec(&k("1"), d, "a", at(10))], listing(at(200))).await;
-    assert_eq!(spans(&history_under(store, &k("4")).await), [gone(200, None)]);
+    apply_with(
+        store,
+        d,
+        vec![rec(&k("1"), d, "a", at(10))],
+        listing(at(200)),
+    )
+    .await;
+    assert_eq!(
+        spans(&history_under(store, &k("4")).await),
+        [gone(200, None)]
+    );
 }
 
 /// A key that moves to another day keeps one history: its old day's

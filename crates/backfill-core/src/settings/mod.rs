@@ -76,6 +76,9 @@ pub struct Settings {
     pub columns: Option<Vec<String>>,
     /// Whether opening may drop or remake typed columns.
     pub allow_column_changes: Option<bool>,
+    /// Whether the table keeps [history](crate::history) (turned on when
+    /// opened with it, then on for good).
+    pub history: Option<bool>,
     /// The command line's fetch command (`{day}` replaced).
     pub fetch_cmd: Option<String>,
     /// The command line's fetch files (`{day}` replaced).
@@ -183,6 +186,8 @@ keys! {
         "typed columns, NAME:TYPE[?][=PATH] each";
     allow_column_changes, "--allow-column-changes", None, Some("allow_column_changes"),
         "let opening drop or remake typed columns";
+    history, "--history", None, Some("history"),
+        "keep every version of every key (the <table>_history view)";
     fetch_cmd, "--fetch-cmd", Some("BACKFILL_FETCH_CMD"), None,
         "the command printing a day's records ({day} replaced)";
     fetch_files, "--fetch-files", Some("BACKFILL_FETCH_FILES"), None,
@@ -226,6 +231,7 @@ impl Settings {
             table: Some(DEFAULT_TABLE.to_owned()),
             columns: Some(Vec::new()),
             allow_column_changes: Some(false),
+            history: Some(false),
             fetch_cmd: None,
             fetch_files: None,
             mode: Some(Mode::Merge),
