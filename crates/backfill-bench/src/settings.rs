@@ -32,7 +32,7 @@ pub(crate) struct Settings {
 /// The scenarios by group: a group runs as a whole, because its
 /// scenarios build on each other's tables and figures (`--only rerun` runs
 /// the backfill it re-runs, and the rest of its group).
-pub(crate) const GROUPS: [(&str, &[&str]); 8] = [
+pub(crate) const GROUPS: [(&str, &[&str]); 9] = [
     (
         "backfill",
         &[
@@ -64,6 +64,7 @@ pub(crate) const GROUPS: [(&str, &[&str]); 8] = [
         ],
     ),
     ("columns", &["columns", "columns_rerun"]),
+    ("history", &["history", "history_rerun", "history_lookback"]),
     (
         "delta",
         &[

@@ -338,6 +338,7 @@
 // errors are worth a retry.
 mod builder;
 mod error;
+mod history;
 mod locks;
 mod migrate;
 mod schema;

@@ -40,7 +40,7 @@ use crate::sql::{self, DAYS, SCHEMA_VERSION, TABLES};
 
 /// How much opening may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Access {
+pub(crate) enum Access {
     /// A read-only database: check only; what would need a write is an
     /// error, except a missing index (reads are right without it).
     ReadOnly,
@@ -77,25 +77,25 @@ pub(crate) fn prepare(
     read_only: bool,
     changes: bool,
     history: bool,
-) -> Result<HistoryOpened> {
+) -> Result<crate::history::HistoryOpened> {
     let typed = Declared {
         columns: typed,
         changes,
     };
     if read_only {
         create_or_upgrade(conn, table, &typed, Access::ReadOnly)?;
-        return history_objects(conn, table, history, Access::ReadOnly)
+        return crate::history::objects(conn, table, &typed, history, Access::ReadOnly)
             .map(|opened| opened.expect("a read-only look decides"));
     }
     if create_or_upgrade(conn, table, &typed, Access::Look)? {
-        if let Some(opened) = history_objects(conn, table, history, Access::Look)? {
+        if let Some(opened) = crate::history::objects(conn, table, &typed, history, Access::Look)? {
             return Ok(opened);
         }
     }
     conn.execute_batch("BEGIN IMMEDIATE").map_err(open_error)?;
     // Looked at again under the lock: another process may have done it.
     let done = create_or_upgrade(conn, table, &typed, Access::Write)
-        .and_then(|_| history_objects(conn, table, history, Access::Write))
+        .and_then(|_| crate::history::objects(conn, table, &typed, history, Access::Write))
         .and_then(|opened| {
             conn.execute_batch("COMMIT").map_err(open_error)?;
             Ok(opened.expect("a write decides"))
@@ -108,126 +108,11 @@ pub(crate) fn prepare(
     done
 }
 
-/// Whether the table keeps history, and whether this open turned it on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct HistoryOpened {
-    /// The table keeps history: the store writes it.
-    pub(crate) on: bool,
-    /// This open turned it on, with one version for each of this many
-    /// rows the table held.
-    pub(crate) started_with: Option<u64>,
-}
-
-/// The history objects of `table` ([`sql::history_versions_table`], the
-/// listings table, their index and the view): checked where they exist
-/// and, with [`Access::Write`], created where missing when history is
-/// wanted or on already (any of them there). `None` when
-/// [`Access::Look`] found something to create.
-fn history_objects(
-    conn: &Connection,
-    table: &str,
-    wanted: bool,
-    access: Access,
-) -> Result<Option<HistoryOpened>> {
-    let versions = sql::history_versions_table(table);
-    let listings = sql::history_listings_table(table);
-    let view = sql::history_view_name(table);
-    let create_view = sql::create_history_view(table);
-    let present = |name: &str| -> Result<bool> {
-        Ok(schema::object_kind(conn, name)
-            .map_err(open_error)?
-            .is_some())
-    };
-    let tables_present = [present(&versions.name)?, present(&listings.name)?];
-    let view_present = present(&view)?;
-    let index_present = tables_present[0]
-        && schema::has_index(conn, &versions.name, &sql::history_index_name(table))
-            .map_err(open_error)?;
-    // History is on where one of its tables is (their names are the
-    // store's own); an object named like the view alone is the user's.
-    if !wanted && !tables_present.contains(&true) {
-        return Ok(Some(HistoryOpened::default()));
-    }
-    // What is there must be what the store creates.
-    for (def, here) in [&versions, &listings].into_iter().zip(tables_present) {
-        if here {
-            schema::verify(conn, def)?;
-        }
-    }
-    if view_present {
-        verify_view(conn, &view, &create_view)?;
-    }
-    let complete = tables_present == [true, true] && view_present && index_present;
-    if complete {
-        return Ok(Some(HistoryOpened {
-            on: true,
-            started_with: None,
-        }));
-    }
-    match access {
-        Access::Look => Ok(None),
-        Access::ReadOnly => Err(open_error(format!(
-            "table \"{table}\" keeps no history yet (or only part of its objects are \
-             there): open it once writable with history on, and it is turned on"
-        ))),
-        Access::Write => {
-            let started = !tables_present[0];
-            for (def, here) in [&versions, &listings].into_iter().zip(tables_present) {
-                if !here {
-                    conn.execute_batch(&def.create()).map_err(open_error)?;
-                    schema::verify(conn, def)?;
-                }
-            }
-            conn.execute_batch(&sql::create_history_index(table))
-                .map_err(open_error)?;
-            if !view_present {
-                conn.execute_batch(&create_view).map_err(open_error)?;
-            }
-            let mut started_with = None;
-            if started {
-                let [rows, days] = sql::seed_history(table);
-                let seeded = conn.execute(&rows, []).map_err(open_error)?;
-                conn.execute(&days, []).map_err(open_error)?;
-                started_with = Some(seeded as u64);
-            }
-            Ok(Some(HistoryOpened {
-                on: true,
-                started_with,
-            }))
-        }
-    }
-}
-
-/// Checks that `name` is the history view the store creates, word for
-/// word (SQLite keeps a view's text as it was created).
-fn verify_view(conn: &Connection, name: &str, create: &str) -> Result<()> {
-    let (kind, text): (String, Option<String>) = conn
-        .query_row(
-            "SELECT type, sql FROM sqlite_schema WHERE name = ?1 COLLATE NOCASE",
-            [name],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
-        .map_err(open_error)?;
-    if kind != "view" {
-        return Err(open_error(format!(
-            "\"{name}\" is a {kind}, where the store keeps its history view: rename it, \
-             or keep this table's records under another name"
-        )));
-    }
-    if text.as_deref() != Some(create) {
-        return Err(open_error(format!(
-            "view \"{name}\" is not the history view the store creates (its definition \
-             differs): drop it, and opening creates it again"
-        )));
-    }
-    Ok(())
-}
-
 /// The declared typed columns, and whether opening may drop and remake
 /// the table's typed columns that differ.
-struct Declared<'a> {
-    columns: &'a Columns,
-    changes: bool,
+pub(crate) struct Declared<'a> {
+    pub(crate) columns: &'a Columns,
+    pub(crate) changes: bool,
 }
 
 /// The typed columns of the records table (at schema version `v`, 2 or

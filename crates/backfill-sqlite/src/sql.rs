@@ -491,13 +491,17 @@ pub(crate) fn history_index_name(table: &str) -> String {
 }
 
 /// [`history_versions_name`]'s definition: the records table's columns
-/// and `CHECK`s, then `absent_from`.
-pub(crate) fn history_versions_table(table: &str) -> TableDef {
+/// and `CHECK`s, then `absent_from`, then the `typed` columns as the
+/// records table has them (a version's as delivered; `NULL` in a
+/// tombstone, and in a version older than a column's declaration whose
+/// value does not fit it).
+pub(crate) fn history_versions_table(table: &str, typed: &Columns) -> TableDef {
     let mut columns = records_table(table, SCHEMA_VERSION, &Columns::default()).columns;
     for column in &mut columns {
         column.earlier_checks.clear();
     }
     columns.push(nullable_instant("absent_from"));
+    columns.extend(typed.iter().map(typed_column));
     TableDef {
         name: history_versions_name(table),
         columns,
@@ -526,16 +530,25 @@ pub(crate) fn create_history_index(table: &str) -> String {
     )
 }
 
+/// What the store's history view says of itself, first in its text: a
+/// view with it is the store's, remade when the typed columns change; a
+/// view of that name without it is someone else's, and refused.
+pub(crate) const HISTORY_VIEW_MARK: &str = "/* backfill: history of ";
+
 /// The history view of `table`: one row per version, valid from its
 /// `updated_at` (`valid_from`) to the next version's (`valid_to`, `NULL`
 /// while it is the newest); a live version a listing lacked is closed at
 /// that listing's instant, where a tombstone row opens
-/// ([`backfill_core::history::history_of`], in SQL).
-pub(crate) fn create_history_view(table: &str) -> String {
+/// ([`backfill_core::history::history_of`], in SQL); the `typed` columns
+/// last (`NULL` in a tombstone).
+pub(crate) fn create_history_view(table: &str, typed: &Columns) -> String {
+    let names: Vec<String> = typed.iter().map(|c| format!(r#""{}""#, c.name())).collect();
+    let carried: String = names.iter().map(|n| format!(", {n}")).collect();
+    let nulls: String = names.iter().map(|_| ", NULL").collect();
     format!(
-        r#"CREATE VIEW "{view}" AS
+        r#"CREATE VIEW "{view}" AS {HISTORY_VIEW_MARK}{table} */
 WITH v AS (
-    SELECT key, event_date, value, updated_at, deleted,
+    SELECT key, event_date, value, updated_at, deleted{carried},
         CASE WHEN deleted = 0 AND absent_from IS NOT NULL
                 AND (next_at IS NULL OR absent_from < next_at)
             THEN absent_from END AS closed_at,
@@ -543,10 +556,10 @@ WITH v AS (
     FROM (SELECT *, lead(updated_at) OVER (PARTITION BY key ORDER BY updated_at) AS next_at
           FROM "{versions}"))
 SELECT key, event_date, value, updated_at, updated_at AS valid_from,
-    coalesce(closed_at, next_at) AS valid_to, deleted
+    coalesce(closed_at, next_at) AS valid_to, deleted{carried}
 FROM v WHERE closed_at IS NULL OR closed_at > updated_at
 UNION ALL
-SELECT key, event_date, '', closed_at, closed_at, next_at, 1
+SELECT key, event_date, '', closed_at, closed_at, next_at, 1{nulls}
 FROM v WHERE closed_at IS NOT NULL"#,
         view = history_view_name(table),
         versions = history_versions_name(table),
@@ -557,9 +570,9 @@ FROM v WHERE closed_at IS NOT NULL"#,
 #[derive(Debug)]
 pub(crate) struct HistoryStatements {
     /// A version new to history (`?1` key, `?2` event_date, `?3` value,
-    /// `?4` updated_at, `?5` deleted), closed already by the earliest
-    /// listing of its day at or after it; of two versions of one instant,
-    /// the one that supersedes the other.
+    /// `?4` updated_at, `?5` deleted, the typed columns from `?6`), closed
+    /// already by the earliest listing of its day at or after it; of two
+    /// versions of one instant, the one that supersedes the other.
     pub(crate) insert: String,
     /// A listing of day `?1` as of `?2`: the versions of the day it lacks
     /// (those not staged in [`LISTED`]) are absent from `?2` on, unless an
@@ -574,19 +587,26 @@ pub(crate) struct HistoryStatements {
 }
 
 impl HistoryStatements {
-    pub(crate) fn new(table: &str) -> Self {
+    pub(crate) fn new(table: &str, typed: &Columns) -> Self {
         let versions = history_versions_name(table);
         let listings = history_listings_name(table);
         let view = history_view_name(table);
+        let names: Vec<String> = typed.iter().map(|c| format!(r#""{}""#, c.name())).collect();
+        let typed_cols: String = names.iter().map(|n| format!(", {n}")).collect();
+        let typed_values: String = (0..names.len()).map(|i| format!(", ?{}", i + 6)).collect();
+        let typed_set: String = names
+            .iter()
+            .map(|n| format!(", {n} = excluded.{n}"))
+            .collect();
         Self {
             insert: format!(
-                r#"INSERT INTO "{versions}" (key, event_date, value, updated_at, deleted, absent_from)
+                r#"INSERT INTO "{versions}" (key, event_date, value, updated_at, deleted, absent_from{typed_cols})
 VALUES (?1, ?2, ?3, ?4, ?5,
-    (SELECT min(as_of) FROM "{listings}" WHERE day = ?2 AND as_of >= ?4))
+    (SELECT min(as_of) FROM "{listings}" WHERE day = ?2 AND as_of >= ?4){typed_values})
 ON CONFLICT (key, updated_at) DO UPDATE SET
     event_date = excluded.event_date, value = excluded.value, deleted = excluded.deleted,
     absent_from = CASE WHEN excluded.event_date = event_date
-        THEN absent_from ELSE excluded.absent_from END
+        THEN absent_from ELSE excluded.absent_from END{typed_set}
 WHERE (excluded.deleted, excluded.value, excluded.event_date) > (deleted, value, event_date)"#
             ),
             lacked: format!(
@@ -612,12 +632,17 @@ ORDER BY key"#
 }
 
 /// Turning history on for a table with rows: one version per key, its
-/// stored one (tombstones included), and each day's latest listing.
-pub(crate) fn seed_history(table: &str) -> [String; 2] {
+/// stored one (tombstones included) with its typed columns, and each
+/// day's latest listing.
+pub(crate) fn seed_history(table: &str, typed: &Columns) -> [String; 2] {
+    let typed_cols: String = typed
+        .iter()
+        .map(|c| format!(r#", "{}""#, c.name()))
+        .collect();
     [
         format!(
-            r#"INSERT INTO "{versions}" (key, event_date, value, updated_at, deleted)
-SELECT key, event_date, value, updated_at, deleted FROM "{table}""#,
+            r#"INSERT INTO "{versions}" (key, event_date, value, updated_at, deleted{typed_cols})
+SELECT key, event_date, value, updated_at, deleted{typed_cols} FROM "{table}""#,
             versions = history_versions_name(table)
         ),
         format!(
@@ -836,7 +861,7 @@ WHERE records_table = '{table}' AND digest IS NOT NULL AND (day IN (
     SELECT 1 FROM "{table}" WHERE deleted = 1 AND updated_at < ?1)))"#,
                 purged = backfill_core::Digest::PURGED
             ),
-            history: history.then(|| HistoryStatements::new(table)),
+            history: history.then(|| HistoryStatements::new(table, typed)),
         }
     }
 }

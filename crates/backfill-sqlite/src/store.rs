@@ -88,7 +88,7 @@ pub(crate) struct Opened {
     /// wrote (a version row), not counted as the store's.
     pub(crate) changes_at_open: u64,
     /// Whether the table keeps history, and whether opening turned it on.
-    pub(crate) history: crate::migrate::HistoryOpened,
+    pub(crate) history: crate::history::HistoryOpened,
 }
 
 impl SqliteStore {

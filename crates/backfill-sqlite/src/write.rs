@@ -268,15 +268,13 @@ fn merge_page(
         // to the stored row, which history holds already.
         let keep = |history: &mut Option<rusqlite::CachedStatement<'_>>| -> Result<()> {
             if let Some(history) = history {
-                history
-                    .execute(params![
-                        record.key(),
-                        date,
-                        record.value(),
-                        instant,
-                        deleted
-                    ])
-                    .map_err(backend)?;
+                let own: [&dyn ToSql; 5] =
+                    [&record.key(), &date, &record.value(), &instant, &deleted];
+                let params = own
+                    .iter()
+                    .copied()
+                    .chain(typed.iter().map(|v| v as &dyn ToSql));
+                history.execute(params_from_iter(params)).map_err(backend)?;
             }
             Ok(())
         };

@@ -146,7 +146,7 @@ pub(crate) async fn columns(run: &mut Run<'_>) -> Result<[Measurement; 2], Strin
 }
 
 /// `ratios` as their median and range, `median 1.21 (1.15-1.30)`.
-fn spread(ratios: &mut [f64]) -> String {
+pub(crate) fn spread(ratios: &mut [f64]) -> String {
     ratios.sort_by(f64::total_cmp);
     let n = ratios.len();
     let median = match n % 2 {

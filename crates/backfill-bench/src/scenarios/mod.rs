@@ -10,6 +10,7 @@ mod cli;
 mod columns;
 mod days;
 mod delta;
+mod history;
 mod measure;
 mod parallel;
 mod random;
@@ -83,6 +84,11 @@ async fn run_groups(run: &mut Run<'_>, out: &mut Vec<Measurement>) -> Result<(),
     if s.runs("columns") && kind != Kind::Memory {
         run.log("columns");
         out.extend(columns::columns(run).await?);
+    }
+    if s.runs("history") && kind != Kind::Memory {
+        run.log("history");
+        let rows = random::random_rows(s);
+        out.extend(history::history(run, &rows).await?);
     }
     Ok(())
 }

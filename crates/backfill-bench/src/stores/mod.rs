@@ -108,6 +108,20 @@ impl Env {
         pool: usize,
         columns: Vec<Column>,
     ) -> Result<Target, String> {
+        self.fresh_table(pool, columns, false).await
+    }
+
+    /// A fresh, empty table that keeps history (SQLite and Postgres).
+    pub(crate) async fn fresh_with_history(&mut self, pool: usize) -> Result<Target, String> {
+        self.fresh_table(pool, Vec::new(), true).await
+    }
+
+    async fn fresh_table(
+        &mut self,
+        pool: usize,
+        columns: Vec<Column>,
+        history: bool,
+    ) -> Result<Target, String> {
         self.made += 1;
         let n = self.made;
         Ok(match self.kind {
@@ -116,6 +130,7 @@ impl Env {
                 let path = self.dir.path().join(format!("bench-{n}.db"));
                 let store = SqliteStore::builder(&path)
                     .columns(columns)
+                    .history(history)
                     .open()
                     .await
                     .map_err(|e| e.to_string())?;
@@ -127,6 +142,7 @@ impl Env {
                     .schema(format!("bench_{}_{n}", std::process::id()))
                     .pool_size(pool)
                     .columns(columns)
+                    .history(history)
                     .connect(&url)
                     .await
                     .map_err(|e| e.to_string())?;
@@ -351,7 +367,8 @@ impl Target {
     }
 
     /// Rows inserted, updated or deleted in this table so far, as the
-    /// engine counts them (`None` for the memory store). On Delta, the rows
+    /// engine counts them (`None` for the memory store): on Postgres, the
+    /// records table's tuples and history's when it keeps it. On Delta, the rows
     /// of every data file the log ever added, the ledger's own files left
     /// out: a rewritten day counts each of its rows again.
     pub(crate) async fn rows_written(&self) -> Result<Option<u64>, String> {
@@ -367,6 +384,23 @@ impl Target {
                 .await
                 .map(Some)
                 .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// How many tables a written version lands in when the table keeps
+    /// history (the records table, and history's versions), and what
+    /// `rows_written` counts, for a detail line.
+    pub(crate) fn tables_written_by_history(&self) -> (u64, &'static str) {
+        match self {
+            Target::Sqlite { .. } => (
+                2,
+                "rows written: SQLite's changes in every table, the ledger's left out",
+            ),
+            Target::Postgres(_) => (
+                2,
+                "rows written: tuples of the records table and of history's tables",
+            ),
+            _ => (1, "rows written: the records"),
         }
     }
 
@@ -406,7 +440,8 @@ async fn pg_tuples_written(store: &PostgresStore) -> Result<u64, tokio_postgres:
         let row = client
             .query_one(
                 "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint \
-                 FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2",
+                 FROM pg_stat_user_tables WHERE schemaname = $1 \
+                 AND relname IN ($2, $2 || ':versions', $2 || ':listings')",
                 &[&store.schema(), &store.table()],
             )
             .await?;

@@ -148,10 +148,10 @@ async fn history_objects_of_another_shape_are_refused() {
     .unwrap();
     let message = open_error(SqliteStore::builder(&path).history(true).open().await);
     assert!(message.contains("backfill_records_history"), "{message}");
-    assert!(message.contains("definition differs"), "{message}");
+    assert!(message.contains("is not the history view"), "{message}");
     let message = open_error(SqliteStore::open(&path).await);
     assert!(
-        message.contains("definition differs"),
+        message.contains("is not the history view"),
         "unasked too: {message}"
     );
 
@@ -275,4 +275,110 @@ async fn an_analyst_queries_the_view_with_their_own_connection() {
             ),
         ]
     );
+}
+
+/// Typed columns in history: each version's as delivered, `NULL` in a
+/// tombstone row; a column declared later is added to history too and
+/// filled from each version's value (`NULL` where an old version's does
+/// not fit), and the view remade with it; a column dropped from the
+/// table goes from history with it.
+#[tokio::test]
+async fn history_keeps_the_typed_columns() {
+    use backfill_core::columns::Column;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.sqlite");
+    let open = |columns: &[&str], changes: bool| {
+        let columns: Vec<Column> = columns.iter().map(|c| Column::parse(c).unwrap()).collect();
+        SqliteStore::builder(&path)
+            .history(true)
+            .columns(columns)
+            .allow_column_changes(changes)
+            .open()
+    };
+    let d = jan(1);
+    let store = open(&["total:integer"], false).await.unwrap();
+    put(
+        &store,
+        vec![rec("o", d, r#"{"total":1}"#, at(10))],
+        WriteOptions::default(),
+    )
+    .await;
+    put(
+        &store,
+        vec![rec("o", d, r#"{"total":2,"status":"paid"}"#, at(20))],
+        WriteOptions::default(),
+    )
+    .await;
+    put(&store, vec![tomb("o", d, at(30))], WriteOptions::default()).await;
+    drop(store);
+    let view = |columns: &str| -> Vec<Vec<Option<String>>> {
+        let conn = Connection::open(&path).unwrap();
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT {columns} FROM backfill_records_history ORDER BY valid_from"
+            ))
+            .unwrap();
+        let n = stmt.column_count();
+        stmt.query_map([], |r| {
+            (0..n)
+                .map(|i| {
+                    r.get::<_, rusqlite::types::Value>(i).map(|v| match v {
+                        rusqlite::types::Value::Null => None,
+                        rusqlite::types::Value::Integer(i) => Some(i.to_string()),
+                        rusqlite::types::Value::Text(t) => Some(t),
+                        other => Some(format!("{other:?}")),
+                    })
+                })
+                .collect()
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+    };
+    let some = |s: &str| Some(s.to_owned());
+    assert_eq!(
+        view("total"),
+        [vec![some("1")], vec![some("2")], vec![None]]
+    );
+
+    // Declared later: filled from each version, NULL where it did not have it.
+    let store = open(&["total:integer", "status:text?"], false)
+        .await
+        .unwrap();
+    drop(store);
+    assert_eq!(
+        view("total, status"),
+        [
+            vec![some("1"), None],
+            vec![some("2"), some("paid")],
+            vec![None, None]
+        ]
+    );
+    // Dropped from the table (with leave to), dropped from history too.
+    let store = open(&["status:text?"], true).await.unwrap();
+    put(
+        &store,
+        vec![rec("o", d, r#"{"status":"back"}"#, at(40))],
+        WriteOptions::default(),
+    )
+    .await;
+    drop(store);
+    assert_eq!(
+        view("status"),
+        [
+            vec![None],
+            vec![some("paid")],
+            vec![None],
+            vec![some("back")]
+        ]
+    );
+    let conn = Connection::open(&path).unwrap();
+    let has_total: bool = conn
+        .query_row(
+            r#"SELECT EXISTS (SELECT 1 FROM pragma_table_xinfo('backfill_records:versions') WHERE name = 'total')"#,
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(!has_total);
 }
