@@ -324,9 +324,15 @@ impl PostgresStoreBuilder {
             self.column_changes,
         )
         .await?;
-        let history =
-            crate::history::prepare(&tx, schema, name, self.history, self.create_if_missing)
-                .await?;
+        let history = crate::history::prepare(
+            &tx,
+            schema,
+            name,
+            &columns,
+            self.history,
+            (self.create_if_missing, self.column_changes),
+        )
+        .await?;
         tx.commit().await.map_err(open_error)?;
         drop(client);
         Ok(PostgresStore {

@@ -14,11 +14,15 @@
 //! when they exist, and starts history from the table's rows when it
 //! turns it on.
 
-use backfill_core::Result;
+use backfill_core::columns::Columns;
+use backfill_core::{Record, Result};
+use chrono::{DateTime, NaiveDate, Utc};
 use deadpool_postgres::Transaction;
+use tokio_postgres::types::ToSql;
 
 use crate::error::open_error;
 use crate::sql::{self, qualified, DAYS_TABLE};
+use crate::typed;
 
 /// The most bytes a records table's name may have with history on: the
 /// longest name derived from it, `"{table}:versions"`, must still be a
@@ -40,11 +44,28 @@ pub(crate) fn view_name(table: &str) -> String {
     format!("{table}_history")
 }
 
-/// The tables' and the view's columns as the catalog reports them:
-/// `(name, type, not null, collation)`.
-type Shape = &'static [(&'static str, &'static str, bool, &'static str)];
+/// A relation's columns as the catalog reports them: `(name, type, not
+/// null, collation)`.
+type Shape = Vec<(String, String, bool, String)>;
 
-const VERSIONS_SHAPE: Shape = &[
+fn shape(columns: &[(&str, &str, bool, &str)], typed: &Columns) -> Shape {
+    columns
+        .iter()
+        .map(|&(n, ty, nn, co)| (n.to_owned(), ty.to_owned(), nn, co.to_owned()))
+        // The typed columns last, NULL-able, in the database's collation.
+        .chain(typed.iter().map(|c| {
+            (
+                c.name().to_owned(),
+                typed::sql_type(c.column_type()).to_owned(),
+                false,
+                String::new(),
+            )
+        }))
+        .collect()
+}
+
+/// The versions table's own columns, before the typed ones.
+const VERSIONS_OWN: [(&str, &str, bool, &str); 6] = [
     ("key", "text", true, "C"),
     ("event_date", "date", true, ""),
     ("value", "text", true, "C"),
@@ -53,12 +74,12 @@ const VERSIONS_SHAPE: Shape = &[
     ("absent_from", "timestamp with time zone", false, ""),
 ];
 
-const LISTINGS_SHAPE: Shape = &[
+const LISTINGS_OWN: [(&str, &str, bool, &str); 2] = [
     ("day", "date", true, ""),
     ("as_of", "timestamp with time zone", true, ""),
 ];
 
-const VIEW_SHAPE: Shape = &[
+const VIEW_OWN: [(&str, &str, bool, &str); 7] = [
     ("key", "text", false, "C"),
     ("event_date", "date", false, ""),
     ("value", "text", false, "C"),
@@ -68,8 +89,25 @@ const VIEW_SHAPE: Shape = &[
     ("deleted", "boolean", false, ""),
 ];
 
-fn create_versions(schema: &str, table: &str) -> String {
+/// What the store's history view says of itself (its comment): a view
+/// with it is the store's, remade when the typed columns change; a view of
+/// that name without it is someone else's, and refused.
+fn view_comment(table: &str) -> String {
+    format!("backfill: history of {table}")
+}
+
+fn create_versions(schema: &str, table: &str, typed: &Columns) -> String {
     let [(_, key), (_, event_date), (_, updated_at)] = sql::checks();
+    let typed: String = typed
+        .iter()
+        .map(|c| {
+            format!(
+                "    \"{}\" {} NULL,\n",
+                c.name(),
+                typed::sql_type(c.column_type())
+            )
+        })
+        .collect();
     format!(
         r#"CREATE TABLE IF NOT EXISTS {t} (
     key         text COLLATE "C" NOT NULL CHECK ({key}),
@@ -78,7 +116,7 @@ fn create_versions(schema: &str, table: &str) -> String {
     updated_at  timestamptz NOT NULL CHECK ({updated_at}),
     deleted     boolean NOT NULL,
     absent_from timestamptz NULL,
-    PRIMARY KEY (key, updated_at),
+{typed}    PRIMARY KEY (key, updated_at),
     CHECK ({tombstone})
 )"#,
         t = qualified(schema, &versions_name(table)),
@@ -106,12 +144,21 @@ fn create_listings(schema: &str, table: &str) -> String {
     )
 }
 
-/// The view: [`backfill_core::history::history_of`] in SQL.
-fn create_view(schema: &str, table: &str) -> String {
+/// The view: [`backfill_core::history::history_of`] in SQL, the typed
+/// columns last (`NULL` in a tombstone row); commented as the store's.
+fn create_view(schema: &str, table: &str, typed: &Columns) -> String {
+    let carried: String = typed
+        .iter()
+        .map(|c| format!(r#", "{}""#, c.name()))
+        .collect();
+    let nulls: String = typed
+        .iter()
+        .map(|c| format!(", NULL::{}", typed::sql_type(c.column_type())))
+        .collect();
     format!(
         r#"CREATE VIEW {view} AS
 WITH v AS (
-    SELECT key, event_date, value, updated_at, deleted,
+    SELECT key, event_date, value, updated_at, deleted{carried},
         CASE WHEN NOT deleted AND absent_from IS NOT NULL
                 AND (next_at IS NULL OR absent_from < next_at)
             THEN absent_from END AS closed_at,
@@ -120,13 +167,15 @@ WITH v AS (
               AS next_at
           FROM {versions} h) AS w)
 SELECT key, event_date, value, updated_at, updated_at AS valid_from,
-    coalesce(closed_at, next_at) AS valid_to, deleted
+    coalesce(closed_at, next_at) AS valid_to, deleted{carried}
 FROM v WHERE closed_at IS NULL OR closed_at > updated_at
 UNION ALL
-SELECT key, event_date, ''::text COLLATE "C", closed_at, closed_at, next_at, true
-FROM v WHERE closed_at IS NOT NULL"#,
+SELECT key, event_date, ''::text COLLATE "C", closed_at, closed_at, next_at, true{nulls}
+FROM v WHERE closed_at IS NOT NULL;
+COMMENT ON VIEW {view} IS '{comment}'"#,
         view = qualified(schema, &view_name(table)),
         versions = qualified(schema, &versions_name(table)),
+        comment = view_comment(table),
     )
 }
 
@@ -134,7 +183,8 @@ FROM v WHERE closed_at IS NOT NULL"#,
 #[derive(Debug)]
 pub(crate) struct HistoryStatements {
     /// A page's versions (`$1`–`$5`: keys, dates, values, instants,
-    /// tombstone flags) new to history, in key order; a version history
+    /// tombstone flags, then one array per typed column) new to history,
+    /// in key order; a version history
     /// holds already, or one of its instant that supersedes it, is not
     /// touched (not even locked).
     pub(crate) insert: String,
@@ -152,21 +202,33 @@ pub(crate) struct HistoryStatements {
 }
 
 impl HistoryStatements {
-    pub(crate) fn new(schema: &str, table: &str) -> Self {
+    pub(crate) fn new(schema: &str, table: &str, typed: &Columns) -> Self {
         let versions = qualified(schema, &versions_name(table));
         let listings = qualified(schema, &listings_name(table));
         let view = qualified(schema, &view_name(table));
+        let names = typed::names(typed);
+        let arrays: String = typed
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!(", ${}::{}", i + 6, typed::array_cast(c.column_type())))
+            .collect();
+        let aliases: String = (0..typed.len()).map(|i| format!(", tc{i}")).collect();
+        let picked: String = (0..typed.len()).map(|i| format!(", i.tc{i}")).collect();
+        let set: String = typed
+            .iter()
+            .map(|c| format!(r#", "{0}" = EXCLUDED."{0}""#, c.name()))
+            .collect();
         Self {
             insert: format!(
                 r#"
-INSERT INTO {versions} AS h (key, event_date, value, updated_at, deleted, absent_from)
+INSERT INTO {versions} AS h (key, event_date, value, updated_at, deleted, absent_from{names})
 SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted,
        (SELECT min(l.as_of) FROM {listings} l
-        WHERE l.day = i.event_date AND l.as_of >= i.updated_at)
+        WHERE l.day = i.event_date AND l.as_of >= i.updated_at){picked}
 FROM (SELECT u.key COLLATE "C" AS key, u.event_date, u.value COLLATE "C" AS value,
-             u.updated_at, u.deleted
-      FROM unnest($1::text[], $2::date[], $3::text[], $4::timestamptz[], $5::bool[])
-          AS u(key, event_date, value, updated_at, deleted)) AS i
+             u.updated_at, u.deleted{aliases}
+      FROM unnest($1::text[], $2::date[], $3::text[], $4::timestamptz[], $5::bool[]{arrays})
+          AS u(key, event_date, value, updated_at, deleted{aliases})) AS i
 WHERE NOT EXISTS (
     SELECT 1 FROM {versions} v
     WHERE v.key = i.key AND v.updated_at = i.updated_at
@@ -175,7 +237,7 @@ ORDER BY i.key
 ON CONFLICT (key, updated_at) DO UPDATE SET
     event_date = EXCLUDED.event_date, value = EXCLUDED.value, deleted = EXCLUDED.deleted,
     absent_from = CASE WHEN EXCLUDED.event_date = h.event_date
-        THEN h.absent_from ELSE EXCLUDED.absent_from END
+        THEN h.absent_from ELSE EXCLUDED.absent_from END{set}
 WHERE (EXCLUDED.deleted, EXCLUDED.value, EXCLUDED.event_date)
     > (h.deleted, h.value, h.event_date)"#
             ),
@@ -261,15 +323,37 @@ async fn present(tx: &Transaction<'_>, schema: &str, table: &str) -> Result<Pres
     Ok(found)
 }
 
+/// The columns of relation `schema`.`name`, as [`Shape`] has them.
+async fn columns_of(tx: &Transaction<'_>, schema: &str, name: &str) -> Result<Shape> {
+    let rows = tx
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull, \
+                    coalesce(co.collname::text, '') \
+             FROM pg_attribute a \
+             LEFT JOIN pg_collation co ON co.oid = a.attcollation \
+                 AND a.attcollation <> 0 AND co.collname <> 'default' \
+             WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY a.attnum",
+            &[&qualified(schema, name)],
+        )
+        .await
+        .map_err(open_error)?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect())
+}
+
 /// Checks that the relation `name` is of kind `kind` with the columns of
-/// `shape`, and (for a table) the primary key `key`.
+/// `expected`, and (for a table) the primary key `key`.
+#[allow(clippy::too_many_arguments)]
 async fn verify(
     tx: &Transaction<'_>,
     schema: &str,
     name: &str,
     found: i8,
     kind: u8,
-    shape: Shape,
+    expected: &Shape,
     key: &[&str],
 ) -> Result<()> {
     let t = qualified(schema, name);
@@ -280,29 +364,9 @@ async fn verify(
              its name): rename it, or keep this table's records under another name"
         )));
     }
-    let rows = tx
-        .query(
-            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull, \
-                    coalesce(co.collname::text, '') \
-             FROM pg_attribute a \
-             LEFT JOIN pg_collation co ON co.oid = a.attcollation \
-                 AND a.attcollation <> 0 AND co.collname <> 'default' \
-             WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 AND NOT a.attisdropped \
-             ORDER BY a.attnum",
-            &[&t],
-        )
-        .await
-        .map_err(open_error)?;
-    let got: Vec<(String, String, bool, String)> = rows
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-        .collect();
-    let expected: Vec<(String, String, bool, String)> = shape
-        .iter()
-        .map(|&(n, ty, nn, co)| (n.to_owned(), ty.to_owned(), nn, co.to_owned()))
-        .collect();
-    if got != expected {
-        let describe = |cols: &[(String, String, bool, String)]| {
+    let got = columns_of(tx, schema, name).await?;
+    if &got != expected {
+        let describe = |cols: &Shape| {
             cols.iter()
                 .map(|(n, ty, nn, co)| {
                     let mut d = format!("{n} {ty}");
@@ -321,7 +385,7 @@ async fn verify(
             "{t} is not the history {what} the store keeps: it has ({}) where the store's has \
              ({})",
             describe(&got),
-            describe(&expected)
+            describe(expected)
         )));
     }
     if !key.is_empty() {
@@ -347,9 +411,153 @@ async fn verify(
     Ok(())
 }
 
+/// The versions table's typed columns against the declaration: those it
+/// has (in the declaration's order), those it lacks, and those it has
+/// that are not declared.
+struct TypedState {
+    keep: Columns,
+    add: Columns,
+    drop: Vec<String>,
+}
+
+async fn typed_state(
+    tx: &Transaction<'_>,
+    schema: &str,
+    table: &str,
+    typed: &Columns,
+) -> Result<TypedState> {
+    let have: Vec<String> = columns_of(tx, schema, &versions_name(table))
+        .await?
+        .into_iter()
+        .map(|(name, ..)| name)
+        .filter(|name| !VERSIONS_OWN.iter().any(|(own, ..)| own == name))
+        .collect();
+    let (keep, add): (Vec<_>, Vec<_>) = typed
+        .iter()
+        .cloned()
+        .partition(|c| have.iter().any(|h| h == c.name()));
+    let drop = have
+        .into_iter()
+        .filter(|h| !typed.iter().any(|c| c.name() == h))
+        .collect();
+    Ok(TypedState {
+        keep: Columns::new(keep)?,
+        add: Columns::new(add)?,
+        drop,
+    })
+}
+
+/// Whether the view `schema`.`table_history` carries the store's comment.
+async fn view_is_ours(tx: &Transaction<'_>, schema: &str, table: &str) -> Result<bool> {
+    let comment: Option<String> = tx
+        .query_one(
+            "SELECT obj_description($1::text::regclass, 'pg_class')",
+            &[&qualified(schema, &view_name(table))],
+        )
+        .await
+        .map_err(open_error)?
+        .get(0);
+    Ok(comment.as_deref() == Some(view_comment(table).as_str()))
+}
+
+/// What [`look`] found.
+struct Looked {
+    found: Present,
+    typed: Option<TypedState>,
+    /// The view is the store's, as the declaration makes it.
+    view_current: bool,
+}
+
+impl Looked {
+    fn complete(&self) -> bool {
+        let typed_current = self
+            .typed
+            .as_ref()
+            .is_some_and(|t| t.add.is_empty() && t.drop.is_empty());
+        self.found.listings.is_some() && self.found.index && typed_current && self.view_current
+    }
+}
+
+/// Looks at history's objects and checks those that exist: the tables'
+/// shapes (the versions table with the typed columns it has), and the view
+/// the store's (its comment) or of no one's making.
+async fn look(
+    tx: &Transaction<'_>,
+    schema: &str,
+    table: &str,
+    typed: &Columns,
+    changes: bool,
+) -> Result<Looked> {
+    let found = present(tx, schema, table).await?;
+    let mut state = None;
+    if let Some(kind) = found.versions {
+        if kind != b'r' as i8 {
+            let expected = shape(&VERSIONS_OWN, typed);
+            verify(
+                tx,
+                schema,
+                &versions_name(table),
+                kind,
+                b'r',
+                &expected,
+                &[],
+            )
+            .await?;
+        }
+        let t = typed_state(tx, schema, table, typed).await?;
+        if !t.drop.is_empty() && !changes {
+            return Err(open_error(format!(
+                "history's table {} has the typed column \"{}\" as the declaration does not: \
+                 open it once with allow_column_changes to drop it",
+                qualified(schema, &versions_name(table)),
+                t.drop[0]
+            )));
+        }
+        if t.drop.is_empty() {
+            let expected = shape(&VERSIONS_OWN, &t.keep);
+            let name = versions_name(table);
+            verify(
+                tx,
+                schema,
+                &name,
+                kind,
+                b'r',
+                &expected,
+                &["key", "updated_at"],
+            )
+            .await?;
+        }
+        state = Some(t);
+    }
+    if let Some(kind) = found.listings {
+        let expected = shape(&LISTINGS_OWN, &Columns::default());
+        let name = listings_name(table);
+        verify(tx, schema, &name, kind, b'r', &expected, &["day", "as_of"]).await?;
+    }
+    let mut view_current = false;
+    if let Some(kind) = found.view {
+        let view = view_name(table);
+        if kind != b'v' as i8 || !view_is_ours(tx, schema, table).await? {
+            return Err(open_error(format!(
+                "{} is not the history view the store keeps there (another relation has its \
+                 name, or a view the store did not make): rename or drop it, or keep this \
+                 table's records under another name",
+                qualified(schema, &view)
+            )));
+        }
+        view_current = columns_of(tx, schema, &view).await? == shape(&VIEW_OWN, typed);
+    }
+    Ok(Looked {
+        found,
+        typed: state,
+        view_current,
+    })
+}
+
 /// Checks the history objects of `schema`.`table` where they exist and,
 /// when history is `wanted` or on already (its versions table exists),
-/// creates what is missing (if `create`), starting history from the
+/// creates what is missing and brings history's typed columns in step
+/// with the records table's (if `create`), starting history from the
 /// table's rows when its versions table is new. Runs in opening's
 /// transaction, after the records table is in place.
 ///
@@ -362,10 +570,11 @@ pub(crate) async fn prepare(
     tx: &Transaction<'_>,
     schema: &str,
     table: &str,
+    typed: &Columns,
     wanted: bool,
-    create: bool,
+    (create, changes): (bool, bool),
 ) -> Result<HistoryOpened> {
-    let mut found = present(tx, schema, table).await?;
+    let found = present(tx, schema, table).await?;
     if !wanted && found.versions.is_none() && found.listings.is_none() {
         return Ok(HistoryOpened::default());
     }
@@ -376,8 +585,7 @@ pub(crate) async fn prepare(
              \"{table}:listings\")"
         )));
     }
-    check(tx, schema, table, &found).await?;
-    if found.versions.is_some() && found.listings.is_some() && found.view.is_some() && found.index {
+    if look(tx, schema, table, typed, changes).await?.complete() {
         return Ok(HistoryOpened {
             on: true,
             started_with: None,
@@ -385,9 +593,9 @@ pub(crate) async fn prepare(
     }
     if !create {
         return Err(open_error(format!(
-            "table {} keeps no history yet, or only part of it is there (\"{}\", \"{}\", the \
-             view {} and its index), and this store may not create it \
-             (create_if_missing(false)): open it once with create_if_missing(true)",
+            "table {} keeps no history yet, or its history is not in step with it (\"{}\", \
+             \"{}\", the view {}, its index, the typed columns), and this store may not \
+             change it (create_if_missing(false)): open it once with create_if_missing(true)",
             qualified(schema, table),
             versions_name(table),
             listings_name(table),
@@ -398,102 +606,174 @@ pub(crate) async fn prepare(
     tx.execute(sql::CREATE_LOCK, &[&format!("backfill:{schema}")])
         .await
         .map_err(open_error)?;
-    found = present(tx, schema, table).await?;
-    check(tx, schema, table, &found).await?;
-    let started = found.versions.is_none();
+    let looked = look(tx, schema, table, typed, changes).await?;
     let ddl_error = |what: String| {
         move |e: tokio_postgres::Error| {
             open_error(format!(
-                "cannot create {what}: {}",
+                "cannot create or change {what}: {}",
                 e.as_db_error()
                     .map_or_else(|| e.to_string(), ToString::to_string)
             ))
         }
     };
-    if found.versions.is_none() {
-        tx.batch_execute(&create_versions(schema, table))
+    let versions = qualified(schema, &versions_name(table));
+    let view = qualified(schema, &view_name(table));
+    // The view goes first: a column it reads cannot be dropped.
+    if looked.found.view.is_some() && !looked.view_current {
+        tx.batch_execute(&format!("DROP VIEW {view}"))
             .await
-            .map_err(ddl_error(versions_name(table)))?;
+            .map_err(ddl_error(view.clone()))?;
     }
-    if found.listings.is_none() {
+    if looked.found.listings.is_none() {
         tx.batch_execute(&create_listings(schema, table))
             .await
             .map_err(ddl_error(listings_name(table)))?;
     }
+    let mut started_with = None;
+    match &looked.typed {
+        None => {
+            tx.batch_execute(&create_versions(schema, table, typed))
+                .await
+                .map_err(ddl_error(versions_name(table)))?;
+            started_with = Some(seed(tx, schema, table, typed).await?);
+        }
+        Some(state) => {
+            for name in &state.drop {
+                tx.batch_execute(&format!(r#"ALTER TABLE {versions} DROP COLUMN "{name}""#))
+                    .await
+                    .map_err(ddl_error(versions.clone()))?;
+            }
+            if !state.add.is_empty() {
+                fill_columns(tx, &versions, &state.add).await?;
+            }
+        }
+    }
     tx.batch_execute(&create_versions_index(schema, table))
         .await
         .map_err(ddl_error(format!("{table}:versions:day")))?;
-    if found.view.is_none() {
-        tx.batch_execute(&create_view(schema, table))
+    if looked.found.view.is_none() || !looked.view_current {
+        tx.batch_execute(&create_view(schema, table, typed))
             .await
             .map_err(ddl_error(view_name(table)))?;
     }
-    let mut started_with = None;
-    if started {
-        let versions = qualified(schema, &versions_name(table));
-        let seeded = tx
-            .execute(
-                &format!(
-                    "INSERT INTO {versions} (key, event_date, value, updated_at, deleted) \
-                     SELECT key, event_date, value, updated_at, deleted FROM {}",
-                    qualified(schema, table)
-                ),
-                &[],
-            )
-            .await
-            .map_err(open_error)?;
-        tx.execute(
-            &format!(
-                "INSERT INTO {} (day, as_of) SELECT day, listing_watermark FROM {} \
-                 WHERE records_table = $1 AND listing_watermark IS NOT NULL \
-                 ON CONFLICT DO NOTHING",
-                qualified(schema, &listings_name(table)),
-                qualified(schema, DAYS_TABLE)
-            ),
-            &[&table],
-        )
-        .await
-        .map_err(open_error)?;
-        started_with = Some(seeded);
+    if !look(tx, schema, table, typed, changes).await?.complete() {
+        return Err(open_error(format!(
+            "history of {} is not complete after creating it",
+            qualified(schema, table)
+        )));
     }
-    found = present(tx, schema, table).await?;
-    check(tx, schema, table, &found).await?;
     Ok(HistoryOpened {
         on: true,
         started_with,
     })
 }
 
-/// Checks each history object that exists.
-async fn check(tx: &Transaction<'_>, schema: &str, table: &str, found: &Present) -> Result<()> {
-    if let Some(kind) = found.versions {
-        let name = versions_name(table);
-        verify(
-            tx,
-            schema,
-            &name,
-            kind,
-            b'r',
-            VERSIONS_SHAPE,
-            &["key", "updated_at"],
+/// History started from the table's rows (one version each, tombstones
+/// and typed columns included) and the days' latest listings; returns
+/// how many rows.
+async fn seed(tx: &Transaction<'_>, schema: &str, table: &str, typed: &Columns) -> Result<u64> {
+    let names = typed::names(typed);
+    let seeded = tx
+        .execute(
+            &format!(
+                "INSERT INTO {} (key, event_date, value, updated_at, deleted{names}) \
+                 SELECT key, event_date, value, updated_at, deleted{names} FROM {}",
+                qualified(schema, &versions_name(table)),
+                qualified(schema, table)
+            ),
+            &[],
         )
-        .await?;
+        .await
+        .map_err(open_error)?;
+    tx.execute(
+        &format!(
+            "INSERT INTO {} (day, as_of) SELECT day, listing_watermark FROM {} \
+             WHERE records_table = $1 AND listing_watermark IS NOT NULL \
+             ON CONFLICT DO NOTHING",
+            qualified(schema, &listings_name(table)),
+            qualified(schema, DAYS_TABLE)
+        ),
+        &[&table],
+    )
+    .await
+    .map_err(open_error)?;
+    Ok(seeded)
+}
+
+/// Adds the typed `columns` to history's versions table `versions` and
+/// fills them from each live version's value, a page at a time. A version
+/// older than the declaration whose value does not fit a column keeps
+/// `NULL` there: it was delivered before the column was asked of it.
+async fn fill_columns(tx: &Transaction<'_>, versions: &str, columns: &Columns) -> Result<()> {
+    let added: Vec<String> = columns
+        .iter()
+        .map(|c| {
+            format!(
+                r#"ADD COLUMN "{}" {} NULL"#,
+                c.name(),
+                typed::sql_type(c.column_type())
+            )
+        })
+        .collect();
+    tx.batch_execute(&format!("ALTER TABLE {versions} {}", added.join(", ")))
+        .await
+        .map_err(open_error)?;
+    let page = tx
+        .prepare(&format!(
+            r#"SELECT key, event_date, value, updated_at FROM {versions}
+               WHERE NOT deleted AND (key, updated_at) > ($1::text COLLATE "C", $2::timestamptz)
+               ORDER BY key, updated_at LIMIT 10000"#
+        ))
+        .await
+        .map_err(open_error)?;
+    let arrays: String = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!(", ${}::{}", i + 3, typed::array_cast(c.column_type())))
+        .collect();
+    let aliases: String = (0..columns.len()).map(|i| format!(", tc{i}")).collect();
+    let set: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!(r#""{}" = u.tc{i}"#, c.name()))
+        .collect();
+    let update = tx
+        .prepare(&format!(
+            r#"UPDATE {versions} AS s SET {} FROM unnest($1::text[], $2::timestamptz[]{arrays})
+                   AS u(key, updated_at{aliases})
+               WHERE s.key = u.key COLLATE "C" AND s.updated_at = u.updated_at"#,
+            set.join(", ")
+        ))
+        .await
+        .map_err(open_error)?;
+    // Before every stored version: no key is empty.
+    let first = NaiveDate::from_ymd_opt(1, 1, 1).expect("a date");
+    let (mut key, mut at) = (String::new(), first.and_time(chrono::NaiveTime::MIN).and_utc());
+    loop {
+        let rows = tx.query(&page, &[&key, &at]).await.map_err(open_error)?;
+        let Some(last) = rows.last() else {
+            return Ok(());
+        };
+        (key, at) = (last.get(0), last.get(3));
+        let (mut keys, mut instants) = (Vec::new(), Vec::new());
+        let mut flat = Vec::with_capacity(rows.len() * columns.len());
+        for row in &rows {
+            let record = Record::new(
+                row.get::<_, String>(0),
+                row.get::<_, NaiveDate>(1),
+                row.get::<_, String>(2),
+                row.get::<_, DateTime<Utc>>(3),
+            )?;
+            let Ok(values) = columns.extract(&record) else {
+                continue;
+            };
+            flat.extend(values);
+            keys.push(record.key().to_owned());
+            instants.push(record.updated_at());
+        }
+        let values = typed::arrays(columns.len(), &flat);
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&keys, &instants];
+        params.extend(values.iter().map(|v| v as &(dyn ToSql + Sync)));
+        tx.execute(&update, &params).await.map_err(open_error)?;
     }
-    if let Some(kind) = found.listings {
-        let name = listings_name(table);
-        verify(
-            tx,
-            schema,
-            &name,
-            kind,
-            b'r',
-            LISTINGS_SHAPE,
-            &["day", "as_of"],
-        )
-        .await?;
-    }
-    if let Some(kind) = found.view {
-        verify(tx, schema, &view_name(table), kind, b'v', VIEW_SHAPE, &[]).await?;
-    }
-    Ok(())
 }

@@ -707,7 +707,7 @@ WITH doomed AS (
 SELECT count(*) FROM purged"#,
                 purged = backfill_core::Digest::PURGED
             ),
-            history: history.then(|| crate::history::HistoryStatements::new(schema, table)),
+            history: history.then(|| crate::history::HistoryStatements::new(schema, table, typed)),
         }
     }
 }

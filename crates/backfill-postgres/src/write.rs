@@ -188,7 +188,7 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
     // 5. History, once every row of the day is written (see
     // [`keep_history`]).
     if let Some(history) = &sql.history {
-        day = keep_history(&tx, history, day, only_page, rows, bytes).await?;
+        day = keep_history(&tx, history, day, only_page, store.columns, (rows, bytes)).await?;
     }
 
     // 4.
@@ -215,8 +215,8 @@ async fn keep_history(
     sql: &crate::history::HistoryStatements,
     mut day: DayWrite,
     only_page: Option<Vec<Record>>,
-    rows: usize,
-    bytes: usize,
+    columns: &Columns,
+    (rows, bytes): (usize, usize),
 ) -> Result<DayWrite> {
     let insert = tx.prepare_cached(&sql.insert).await.map_err(pg_error)?;
     let lacked = match day.as_of() {
@@ -243,9 +243,12 @@ async fn keep_history(
         let values: Vec<&str> = records.iter().map(Record::value).collect();
         let instants: Vec<DateTime<Utc>> = records.iter().map(Record::updated_at).collect();
         let deleted: Vec<bool> = records.iter().map(Record::is_deleted).collect();
-        tx.execute(&insert, &[&keys, &dates, &values, &instants, &deleted])
-            .await
-            .map_err(pg_error)?;
+        let flat = typed_rows(columns, &records)?;
+        let arrays = typed::arrays(columns.len(), &flat);
+        let mut params: Vec<&(dyn ToSql + Sync)> =
+            vec![&keys, &dates, &values, &instants, &deleted];
+        params.extend(arrays.iter().map(|a| a as &(dyn ToSql + Sync)));
+        tx.execute(&insert, &params).await.map_err(pg_error)?;
         let last = day.is_done();
         if let Some((lacked, listed, as_of)) = &lacked {
             let upto = (!last).then(|| keys.last().copied()).flatten();

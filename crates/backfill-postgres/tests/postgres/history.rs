@@ -254,7 +254,10 @@ async fn history_objects_of_another_shape_are_refused() {
         .unwrap();
     drop(open(&url, &other, false).await.unwrap());
     let message = open_error(open(&url, &other, true).await);
-    assert!(message.contains("another kind of relation"), "{message}");
+    assert!(
+        message.contains("another relation has its name"),
+        "{message}"
+    );
     let created: i64 = admin
         .query_one(
             "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
@@ -379,4 +382,105 @@ async fn an_analyst_queries_the_view() {
             ("order:2".to_owned(), "2026-01-02 06:33:20".to_owned(), true),
         ]
     );
+}
+
+/// Typed columns in history: each version's as delivered, `NULL` in a
+/// tombstone row; a column declared later is added to history too and
+/// filled from each version's value (`NULL` where an old version's does
+/// not fit), the view remade with it; a column dropped from the table
+/// goes from history with it.
+#[tokio::test]
+async fn history_keeps_the_typed_columns() {
+    use backfill_core::columns::Column;
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let schema = testkit::unique_schema();
+    let open = |columns: &[&str], changes: bool| {
+        let columns: Vec<Column> = columns.iter().map(|c| Column::parse(c).unwrap()).collect();
+        PostgresStore::builder()
+            .schema(&schema)
+            .history(true)
+            .columns(columns)
+            .allow_column_changes(changes)
+            .connect(&url)
+    };
+    let d = day(0);
+    let store = open(&["total:integer"], false).await.unwrap();
+    put(
+        &store,
+        vec![rec("o", d, r#"{"total":1}"#, at(10))],
+        WriteOptions::default(),
+    )
+    .await;
+    put(
+        &store,
+        vec![rec("o", d, r#"{"total":2,"status":"paid"}"#, at(20))],
+        WriteOptions::default(),
+    )
+    .await;
+    put(&store, vec![tomb("o", d, at(30))], WriteOptions::default()).await;
+    let admin = admin(&url).await;
+    let view = |columns: &'static str| {
+        let (admin, schema) = (&admin, &schema);
+        async move {
+            admin
+                .query(
+                    &format!(
+                        "SELECT {columns} FROM \"{schema}\".{DEFAULT_TABLE}_history ORDER BY valid_from"
+                    ),
+                    &[],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| (0..r.len()).map(|i| r.get::<_, Option<String>>(i)).collect::<Vec<_>>())
+                .collect::<Vec<_>>()
+        }
+    };
+    let some = |s: &str| Some(s.to_owned());
+    assert_eq!(
+        view("total::text").await,
+        [vec![some("1")], vec![some("2")], vec![None]]
+    );
+
+    drop(
+        open(&["total:integer", "status:text?"], false)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        view("total::text, status").await,
+        [
+            vec![some("1"), None],
+            vec![some("2"), some("paid")],
+            vec![None, None]
+        ]
+    );
+    let store = open(&["status:text?"], true).await.unwrap();
+    put(
+        &store,
+        vec![rec("o", d, r#"{"status":"back"}"#, at(40))],
+        WriteOptions::default(),
+    )
+    .await;
+    assert_eq!(
+        view("status").await,
+        [
+            vec![None],
+            vec![some("paid")],
+            vec![None],
+            vec![some("back")]
+        ]
+    );
+    let has_total: bool = admin
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.columns \
+             WHERE table_schema = $1 AND table_name = $2 AND column_name = 'total')",
+            &[&schema, &format!("{DEFAULT_TABLE}:versions")],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!has_total);
 }
