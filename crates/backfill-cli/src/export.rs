@@ -8,7 +8,7 @@ use std::io::{BufWriter, Write};
 
 use backfill_core::{HistoryRow, Record};
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use crate::args::{HistoryArgs, RowsArgs};
 use crate::config::{self, Resolved};
@@ -42,34 +42,56 @@ fn instant(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
-/// A record as a fetch's line writes it (a tombstone with `"deleted"`).
-fn record_line(record: &Record) -> Value {
-    let mut line = json!({
-        "key": record.key(),
-        "event_date": record.event_date().to_string(),
-        "value": record.value(),
-        "updated_at": instant(record.updated_at()),
-    });
-    if record.is_deleted() {
-        line["deleted"] = Value::Bool(true);
-    }
-    line
+/// A record as a fetch's line writes it, its fields in that order (a
+/// tombstone with `"deleted": true`).
+#[derive(Serialize)]
+struct RecordLine<'a> {
+    key: &'a str,
+    event_date: String,
+    value: &'a str,
+    updated_at: String,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    deleted: bool,
 }
 
-/// A row of history: its version's line, with when it was valid.
-fn history_line(row: &HistoryRow) -> Value {
-    let mut line = record_line(&row.record);
-    line["deleted"] = Value::Bool(row.record.is_deleted());
-    line["valid_from"] = Value::String(instant(row.valid_from()));
-    line["valid_to"] = row
-        .valid_to
-        .map_or(Value::Null, |to| Value::String(instant(to)));
-    line
+fn record_line(record: &Record) -> RecordLine<'_> {
+    RecordLine {
+        key: record.key(),
+        event_date: record.event_date().to_string(),
+        value: record.value(),
+        updated_at: instant(record.updated_at()),
+        deleted: record.is_deleted(),
+    }
+}
+
+/// A row of history: its version's fields, then when it was valid.
+#[derive(Serialize)]
+struct HistoryLine<'a> {
+    key: &'a str,
+    event_date: String,
+    value: &'a str,
+    updated_at: String,
+    deleted: bool,
+    valid_from: String,
+    valid_to: Option<String>,
+}
+
+fn history_line(row: &HistoryRow) -> HistoryLine<'_> {
+    let record = &row.record;
+    HistoryLine {
+        key: record.key(),
+        event_date: record.event_date().to_string(),
+        value: record.value(),
+        updated_at: instant(record.updated_at()),
+        deleted: record.is_deleted(),
+        valid_from: instant(row.valid_from()),
+        valid_to: row.valid_to.map(instant),
+    }
 }
 
 /// Writes each value on a line of its own; a closed pipe (`| head`) ends
 /// the output quietly.
-fn print_lines(lines: impl Iterator<Item = Value>) -> Result<u8, Failure> {
+fn print_lines<T: Serialize>(lines: impl Iterator<Item = T>) -> Result<u8, Failure> {
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let written = (|| -> std::io::Result<()> {
