@@ -748,7 +748,10 @@ async fn fill_columns(tx: &Transaction<'_>, versions: &str, columns: &Columns) -
         .map_err(open_error)?;
     // Before every stored version: no key is empty.
     let first = NaiveDate::from_ymd_opt(1, 1, 1).expect("a date");
-    let (mut key, mut at) = (String::new(), first.and_time(chrono::NaiveTime::MIN).and_utc());
+    let (mut key, mut at) = (
+        String::new(),
+        first.and_time(chrono::NaiveTime::MIN).and_utc(),
+    );
     loop {
         let rows = tx.query(&page, &[&key, &at]).await.map_err(open_error)?;
         let Some(last) = rows.last() else {

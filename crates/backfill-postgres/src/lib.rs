@@ -291,6 +291,38 @@
 //! refuses such a table, saying what to do; a role without DDL rights works
 //! on a table that already has its columns.
 //!
+//! # History
+//!
+//! With [`PostgresStoreBuilder::history`] the store keeps every version of
+//! every key beside the table ([`backfill_core::history`] says what
+//! history is): the table `"<table>:versions"`, one row per `(key,
+//! updated_at)` with `absent_from`, the first listing of its day that
+//! lacked it; the table `"<table>:listings"`, every listing instant of
+//! every day; and the view **`<table>_history`** people query, each
+//! version with `valid_from` and `valid_to`, a listing's delete as a
+//! tombstone row at its instant, and the typed columns. All three are
+//! checked on open (the view by its comment, which marks it the store's).
+//!
+//! History is written in the day's own transaction, after every row of the
+//! records table: the day's pages are read again (a batch is kept) and each
+//! page's versions new to history inserted in key order, those history
+//! holds already filtered out before they are touched. So an apply takes
+//! its records-table locks in key order, then its history locks in key
+//! order, and no two writers can wait for each other crosswise; a re-run
+//! writes no tuple of either.
+//!
+//! ```sql
+//! SELECT key, value FROM orders_history
+//! WHERE valid_from <= '2026-03-01 12:00Z' AND (valid_to IS NULL OR valid_to > '2026-03-01 12:00Z')
+//!   AND NOT deleted;
+//! ```
+//!
+//! Turned on for a table with rows, history starts from them
+//! ([`PostgresStore::history_started_with`]); once on, every store opening
+//! the table writes it, and a store that may not create
+//! (`create_if_missing(false)`) refuses a table whose history is missing
+//! or out of step.
+//!
 //! # Which errors are retried
 //!
 //! Store errors are [`Error::Backend`](backfill_core::Error::Backend), and

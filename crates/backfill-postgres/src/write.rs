@@ -1,7 +1,7 @@
 //! The one write path, [`apply_day`]: a day's pages (a batch is one page)
-//! in one transaction, in four steps: lock the days and read whether they
-//! have watermarks, merge the pages, tombstone what a listing lacks, write
-//! the ledger row.
+//! in one transaction, in five steps: lock the days and read whether they
+//! have watermarks, merge the pages, tombstone what a listing lacks, keep
+//! history (when the table does), write the ledger row.
 
 use std::future::{poll_fn, Future};
 use std::pin::pin;
@@ -60,7 +60,10 @@ pub(crate) const MAX_SUBTRANSACTIONS: usize = 64;
 ///    guard is asked last, with the rows tombstoned and the day's live rows
 ///    before that (those counted now plus those tombstoned): the very
 ///    numbers a batch had when it tombstoned after its one page.
-/// 4. [`write_ledger`]: the day's ledger row, last, in the same
+/// 4. [`keep_history`], when the table keeps history: the day's versions
+///    new to history, and what a listing lacked, after every row of the
+///    records table is written.
+/// 5. [`write_ledger`]: the day's ledger row, last, in the same
 ///    transaction.
 ///
 /// Any error, the guard's refusal included, returns with the transaction
@@ -185,13 +188,12 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
         day.check_replace(counts.unlisted, live_now as u64 + counts.unlisted)?;
     }
 
-    // 5. History, once every row of the day is written (see
-    // [`keep_history`]).
+    // 4.
     if let Some(history) = &sql.history {
         day = keep_history(&tx, history, day, only_page, store.columns, (rows, bytes)).await?;
     }
 
-    // 4.
+    // 5.
     write_ledger(&tx, sql, day.day(), &day.synced(counts)).await?;
     tx.commit().await.map_err(pg_error)?;
     Ok(counts)

@@ -283,6 +283,32 @@
 //! [`Error::InvalidColumn`](backfill_core::Error::InvalidColumn) naming its
 //! key, and nothing is added; a read-only store refuses such a table.
 //!
+//! # History
+//!
+//! With [`SqliteStoreBuilder::history`] the store keeps every version of
+//! every key beside the table ([`backfill_core::history`] says what
+//! history is): the table `"<table>:versions"`, one row per `(key,
+//! updated_at)` with `absent_from`, the first listing of its day that
+//! lacked it; the table `"<table>:listings"`, every listing instant of
+//! every day; and the view **`<table>_history`** people query, each
+//! version with `valid_from` and `valid_to` (a window over the versions),
+//! a listing's delete as a tombstone row at its instant, and the typed
+//! columns. All three are checked on open like the table, and history is
+//! written in the day's own transaction: every version the write meets
+//! that is not identical to its stored row, then what a listing lacked.
+//! Instants are text that sorts like time, so "as of" is a comparison:
+//!
+//! ```sql
+//! SELECT key, value FROM orders_history
+//! WHERE valid_from <= '2026-03-01T12:00:00.000000Z'
+//!   AND (valid_to IS NULL OR valid_to > '2026-03-01T12:00:00.000000Z')
+//!   AND deleted = 0;
+//! ```
+//!
+//! Turned on for a table with rows, history starts from them
+//! ([`SqliteStore::history_started_with`]); once on, every store opening
+//! the table writes it.
+//!
 //! # An existing table
 //!
 //! Opening creates the tables and the index only when they are missing, so

@@ -1,6 +1,8 @@
 //! The one write, [`apply_day`]: a day's pages (a batch is one page) in
 //! one `BEGIN IMMEDIATE` transaction, in four steps: read the watermarks,
-//! merge the pages, tombstone what a listing lacks, write the ledger row.
+//! merge the pages (each version new to history kept as it is merged,
+//! when the table keeps history), tombstone what a listing lacks (and mark
+//! what it lacked in history), write the ledger row.
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -49,14 +51,18 @@ pub(crate) struct Writer<'a> {
 ///    the write lock it cannot move; a subquery in every write cost 3× the
 ///    whole write).
 /// 2. Each page ([`merge_page`]): its values are checked against the
-///    length limit, then each record is merged and counted. A listing
-///    also stages the page's keys in [`LISTED`](crate::sql::LISTED).
+///    length limit, then each record is merged and counted, and (when
+///    the table keeps history) every record but one identical to its
+///    stored row offered to history. A listing also stages the page's
+///    keys and versions in [`LISTED`](crate::sql::LISTED).
 ///    Keys are unique across the day's pages, so a page's counts are exact
 ///    on their own and no page changes what another finds.
 /// 3. A listing ([`unlist`]): the day's live rows, as every
 ///    page left them, are counted with those the whole listing lacks, the
 ///    guard asked, and the unlisted ones turned into their own tombstones
-///    in one statement.
+///    in one statement; history marks the day's versions the listing
+///    lacked ([`keep_listing`]). SQLite has one writer at a time, so
+///    history needs no order of its own.
 /// 4. Last, the day's ledger row ([`DayWrite::synced`]): one upsert that
 ///    records the success, clears the failure and raises a listing's
 ///    watermark (only if higher). Last, so that of two concurrent applies

@@ -71,7 +71,12 @@ pub(crate) async fn history(
         last = Some(with);
     }
     let target = last.expect("at least one run");
-    let versions = target.store().history().await.map_err(|e| e.to_string())?.len() as u64;
+    let versions = target
+        .store()
+        .history()
+        .await
+        .map_err(|e| e.to_string())?
+        .len() as u64;
     if versions != s.rows() {
         return Err(format!("history: {versions} versions after the backfill"));
     }
@@ -92,8 +97,12 @@ pub(crate) async fn history(
         .collect();
     let changed = u64::from(s.per_day.div_ceil(5));
     let lookback = sync_one(run, &target, day, records, Mode::Merge).await?;
-    let versions_after =
-        target.store().history().await.map_err(|e| e.to_string())?.len() as u64;
+    let versions_after = target
+        .store()
+        .history()
+        .await
+        .map_err(|e| e.to_string())?
+        .len() as u64;
     let (tables, what) = target.tables_written_by_history();
     let lookback_ok = lookback.counts.updated == changed
         && versions_after == s.rows() + changed
