@@ -1,7 +1,6 @@
 //! History's objects on open ([`objects`]): beside the records table `t`,
 //! the table of versions `"t:versions"`, the table of listings
-//! `"t:listings"`, the versions' index, and the view `t_history` people
-//! query. Created when history is asked for, checked where they exist,
+//! `"t:listings"`, and the view `t_history` people query. Created when history is asked for, checked where they exist,
 //! kept in step with the records table's typed columns, and started from
 //! the table's rows when history is turned on. History, once on, stays
 //! on: a store that did not ask for it finds it on and writes it.
@@ -99,15 +98,8 @@ pub(crate) fn objects(
     let create_view = sql::create_history_view(table, typed);
     let view_text = view_text(conn, &view)?;
     let view_current = view_text.as_deref() == Some(create_view.as_str());
-    let index_present = has_versions
-        && schema::has_index(conn, &versions, &sql::history_index_name(table))
-            .map_err(open_error)?;
-    let complete = has_versions
-        && has_listings
-        && view_current
-        && index_present
-        && add.is_empty()
-        && drop.is_empty();
+    let complete =
+        has_versions && has_listings && view_current && add.is_empty() && drop.is_empty();
     if complete {
         return Ok(Some(HistoryOpened {
             on: true,
@@ -152,8 +144,6 @@ pub(crate) fn objects(
             }
             schema::verify(conn, &def)?;
             schema::verify(conn, &listings)?;
-            conn.execute_batch(&sql::create_history_index(table))
-                .map_err(open_error)?;
             conn.execute_batch(&create_view).map_err(open_error)?;
             Ok(Some(HistoryOpened {
                 on: true,

@@ -125,8 +125,11 @@ pub(crate) fn differences(conn: &Connection, def: &TableDef) -> rusqlite::Result
             "the table is not STRICT, so declared types are not enforced",
         ));
     }
-    if without_rowid {
-        found.push(in_table("the table is WITHOUT ROWID"));
+    if without_rowid != def.clustered {
+        found.push(in_table(match without_rowid {
+            true => "the table is WITHOUT ROWID",
+            false => "the table has a rowid, where the store's is WITHOUT ROWID",
+        }));
     }
 
     let expected = &def.columns;

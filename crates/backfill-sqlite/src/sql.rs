@@ -134,12 +134,14 @@ impl Column {
 
 /// A table as the store creates it: `STRICT`, with a rowid, these columns
 /// in this order, and this primary key (declared on its column when it is
-/// one column, as a table constraint otherwise).
+/// one column, as a table constraint otherwise); `WITHOUT ROWID` when
+/// `clustered` (the rows kept in the primary key's order).
 #[derive(Debug)]
 pub(crate) struct TableDef {
     pub(crate) name: String,
     pub(crate) columns: Vec<Column>,
     pub(crate) primary_key: &'static [&'static str],
+    pub(crate) clustered: bool,
 }
 
 impl TableDef {
@@ -169,9 +171,10 @@ impl TableDef {
             items.push(format!("    PRIMARY KEY ({})", self.primary_key.join(", ")));
         }
         format!(
-            "CREATE TABLE IF NOT EXISTS \"{}\" (\n{}\n) STRICT",
+            "CREATE TABLE IF NOT EXISTS \"{}\" (\n{}\n) STRICT{}",
             self.name,
-            items.join(",\n")
+            items.join(",\n"),
+            if self.clustered { ", WITHOUT ROWID" } else { "" }
         )
     }
 }
@@ -259,6 +262,7 @@ pub(crate) fn records_table(table: &str, version: i64, typed: &Columns) -> Table
         name: table.to_owned(),
         columns,
         primary_key: &["key"],
+        clustered: false,
     }
 }
 
@@ -356,6 +360,7 @@ pub(crate) fn tables_table() -> TableDef {
             },
         ],
         primary_key: &["records_table"],
+        clustered: false,
     }
 }
 
@@ -376,6 +381,7 @@ pub(crate) fn days_table(version: i64) -> TableDef {
         name: DAYS.to_owned(),
         columns,
         primary_key: &["records_table", "day"],
+        clustered: false,
     }
 }
 
@@ -485,27 +491,44 @@ pub(crate) fn history_view_name(table: &str) -> String {
     format!("{table}_history")
 }
 
-/// The name of the index that finds a day's versions for a listing.
-pub(crate) fn history_index_name(table: &str) -> String {
-    format!("{table}:versions:event_date")
-}
-
 /// [`history_versions_name`]'s definition: the records table's columns
 /// and `CHECK`s, then `absent_from`, then the `typed` columns as the
 /// records table has them (a version's as delivered; `NULL` in a
 /// tombstone, and in a version older than a column's declaration whose
 /// value does not fit it).
+///
+/// Kept in the order of `(event_date, key, updated_at)`, its primary key:
+/// a day's versions, written in key order, go in one stretch of the table
+/// (no index to keep beside it, however the keys are spread), and a
+/// listing finds its day's versions in that stretch. Two versions of one
+/// instant of a key with different `event_date`s are two rows; the view
+/// shows the one that supersedes the other.
 pub(crate) fn history_versions_table(table: &str, typed: &Columns) -> TableDef {
     let mut columns = records_table(table, SCHEMA_VERSION, &Columns::default()).columns;
     for column in &mut columns {
         column.earlier_checks.clear();
+        // The same instants as the records table's check, in fewer steps
+        // (every version is checked once more, as history takes it).
+        if column.name == "updated_at" {
+            column.check = Some(typed_instant_check("updated_at"));
+        }
     }
-    columns.push(nullable_instant("absent_from"));
+    columns.push(
+        Column::text(
+            "absent_from",
+            Some(format!(
+                "absent_from IS NULL OR ({})",
+                typed_instant_check("absent_from")
+            )),
+        )
+        .nullable(),
+    );
     columns.extend(typed.iter().map(typed_column));
     TableDef {
         name: history_versions_name(table),
         columns,
-        primary_key: &["key", "updated_at"],
+        primary_key: &["event_date", "key", "updated_at"],
+        clustered: true,
     }
 }
 
@@ -518,16 +541,8 @@ pub(crate) fn history_listings_table(table: &str) -> TableDef {
             Column::text("as_of", Some(instant_check("as_of"))),
         ],
         primary_key: &["day", "as_of"],
+        clustered: true,
     }
-}
-
-/// `CREATE INDEX` of [`history_index_name`].
-pub(crate) fn create_history_index(table: &str) -> String {
-    format!(
-        r#"CREATE INDEX IF NOT EXISTS "{}" ON "{}" (event_date, updated_at)"#,
-        history_index_name(table),
-        history_versions_name(table)
-    )
 }
 
 /// What the store's history view says of itself, first in its text: a
@@ -554,7 +569,10 @@ WITH v AS (
             THEN absent_from END AS closed_at,
         next_at
     FROM (SELECT *, lead(updated_at) OVER (PARTITION BY key ORDER BY updated_at) AS next_at
-          FROM "{versions}"))
+          FROM (SELECT *, row_number() OVER (PARTITION BY key, updated_at
+                    ORDER BY deleted DESC, value DESC, event_date DESC) AS nth
+                FROM "{versions}")
+          WHERE nth = 1))
 SELECT key, event_date, value, updated_at, updated_at AS valid_from,
     coalesce(closed_at, next_at) AS valid_to, deleted{carried}
 FROM v WHERE closed_at IS NULL OR closed_at > updated_at
@@ -570,10 +588,12 @@ FROM v WHERE closed_at IS NOT NULL"#,
 #[derive(Debug)]
 pub(crate) struct HistoryStatements {
     /// A version new to history (`?1` key, `?2` event_date, `?3` value,
-    /// `?4` updated_at, `?5` deleted, the typed columns from `?6`), closed
-    /// already by the earliest listing of its day at or after it; of two
-    /// versions of one instant, the one that supersedes the other.
+    /// `?4` updated_at, `?5` deleted, `?6` the earliest listing of its day
+    /// at or after it, the typed columns from `?7`); of two versions of
+    /// one instant and day, the one that supersedes the other.
     pub(crate) insert: String,
+    /// The listing instants of day `?1`, in order.
+    pub(crate) listings_of_day: String,
     /// A listing of day `?1` as of `?2`: the versions of the day it lacks
     /// (those not staged in [`LISTED`]) are absent from `?2` on, unless an
     /// earlier listing lacked them first.
@@ -593,7 +613,7 @@ impl HistoryStatements {
         let view = history_view_name(table);
         let names: Vec<String> = typed.iter().map(|c| format!(r#""{}""#, c.name())).collect();
         let typed_cols: String = names.iter().map(|n| format!(", {n}")).collect();
-        let typed_values: String = (0..names.len()).map(|i| format!(", ?{}", i + 6)).collect();
+        let typed_values: String = (0..names.len()).map(|i| format!(", ?{}", i + 7)).collect();
         let typed_set: String = names
             .iter()
             .map(|n| format!(", {n} = excluded.{n}"))
@@ -601,13 +621,13 @@ impl HistoryStatements {
         Self {
             insert: format!(
                 r#"INSERT INTO "{versions}" (key, event_date, value, updated_at, deleted, absent_from{typed_cols})
-VALUES (?1, ?2, ?3, ?4, ?5,
-    (SELECT min(as_of) FROM "{listings}" WHERE day = ?2 AND as_of >= ?4){typed_values})
-ON CONFLICT (key, updated_at) DO UPDATE SET
-    event_date = excluded.event_date, value = excluded.value, deleted = excluded.deleted,
-    absent_from = CASE WHEN excluded.event_date = event_date
-        THEN absent_from ELSE excluded.absent_from END{typed_set}
-WHERE (excluded.deleted, excluded.value, excluded.event_date) > (deleted, value, event_date)"#
+VALUES (?1, ?2, ?3, ?4, ?5, ?6{typed_values})
+ON CONFLICT (event_date, key, updated_at) DO UPDATE SET
+    value = excluded.value, deleted = excluded.deleted{typed_set}
+WHERE (excluded.deleted, excluded.value) > (deleted, value)"#
+            ),
+            listings_of_day: format!(
+                r#"SELECT as_of FROM "{listings}" WHERE day = ?1 ORDER BY as_of"#
             ),
             lacked: format!(
                 r#"UPDATE "{versions}" SET absent_from = ?2

@@ -85,6 +85,10 @@ pub(crate) fn apply_day(
         .map_err(backend)?;
     // 1.
     let watermarks = read_watermarks(&tx, w.sql, day.days())?;
+    let listings = match &w.sql.history {
+        Some(history) => read_listings(&tx, history, day.days())?,
+        None => HashMap::new(),
+    };
     let listing = day.as_of();
     let clear_listed = || -> Result<()> {
         let cleared = tx.execute(LISTED_CLEAR, []).map_err(backend)?;
@@ -99,7 +103,7 @@ pub(crate) fn apply_day(
     let mut counts = Counts::default();
     let mut page = first;
     while let Some(this) = page {
-        merge_page(&tx, w, &watermarks, &this, &mut counts)?;
+        merge_page(&tx, w, (&watermarks, &listings), &this, &mut counts)?;
         if listing.is_some() {
             stage_keys(&tx, w, &this.records)?;
         }
@@ -201,6 +205,30 @@ fn stage_keys(conn: &Connection, w: &Writer<'_>, page: &[Record]) -> Result<()> 
     Ok(())
 }
 
+/// Every listing instant (as text, in order) of each day history was
+/// read for.
+type Listings = HashMap<NaiveDate, Vec<String>>;
+
+/// The listing instants of each of `days`, read once under the write lock.
+fn read_listings(
+    conn: &Connection,
+    sql: &crate::sql::HistoryStatements,
+    days: &[NaiveDate],
+) -> Result<Listings> {
+    let mut read = conn.prepare_cached(&sql.listings_of_day).map_err(backend)?;
+    let mut listings = HashMap::with_capacity(days.len());
+    for &day in days {
+        let instants = read
+            .query_map([format_date(day)], |row| row.get(0))
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<String>>>())
+            .map_err(backend)?;
+        if !instants.is_empty() {
+            listings.insert(day, instants);
+        }
+    }
+    Ok(listings)
+}
+
 /// The listing watermark of each day, as it is before this apply (which
 /// raises its own day's last), read once per day under the write lock.
 fn read_watermarks(
@@ -231,7 +259,7 @@ fn read_watermarks(
 fn merge_page(
     conn: &Connection,
     w: &Writer<'_>,
-    watermarks: &HashMap<NaiveDate, Option<String>>,
+    (watermarks, listings): (&HashMap<NaiveDate, Option<String>>, &Listings),
     page: &Page,
     counts: &mut Counts,
 ) -> Result<()> {
@@ -274,8 +302,21 @@ fn merge_page(
         // to the stored row, which history holds already.
         let keep = |history: &mut Option<rusqlite::CachedStatement<'_>>| -> Result<()> {
             if let Some(history) = history {
-                let own: [&dyn ToSql; 5] =
-                    [&record.key(), &date, &record.value(), &instant, &deleted];
+                // The first listing of its day at or after it: every
+                // listing applied so far lacked it (one that held it would
+                // have delivered it), and none can be applied meanwhile.
+                let absent_from = listings.get(&record.event_date()).and_then(|instants| {
+                    let at = instants.partition_point(|l| l.as_str() < instant.as_str());
+                    instants.get(at)
+                });
+                let own: [&dyn ToSql; 6] = [
+                    &record.key(),
+                    &date,
+                    &record.value(),
+                    &instant,
+                    &deleted,
+                    &absent_from,
+                ];
                 let params = own
                     .iter()
                     .copied()

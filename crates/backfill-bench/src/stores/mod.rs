@@ -441,7 +441,7 @@ async fn pg_tuples_written(store: &PostgresStore) -> Result<u64, tokio_postgres:
             .query_one(
                 "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint \
                  FROM pg_stat_user_tables WHERE schemaname = $1 \
-                 AND relname IN ($2, $2 || ':versions', $2 || ':listings')",
+                 AND relname::text IN ($2::text, $2::text || ':versions', $2::text || ':listings')",
                 &[&store.schema(), &store.table()],
             )
             .await?;
