@@ -116,20 +116,11 @@ fn create_versions(schema: &str, table: &str, typed: &Columns) -> String {
     updated_at  timestamptz NOT NULL CHECK ({updated_at}),
     deleted     boolean NOT NULL,
     absent_from timestamptz NULL,
-{typed}    PRIMARY KEY (key, updated_at),
+{typed}    PRIMARY KEY (event_date, key, updated_at),
     CHECK ({tombstone})
 )"#,
         t = qualified(schema, &versions_name(table)),
         tombstone = sql::TOMBSTONE_CHECK,
-    )
-}
-
-/// A listing finds its day's versions by this index, in key order (a
-/// streamed listing's pages each a key range).
-fn create_versions_index(schema: &str, table: &str) -> String {
-    format!(
-        r#"CREATE INDEX IF NOT EXISTS "{table}:versions:day" ON {t} (event_date, key)"#,
-        t = qualified(schema, &versions_name(table)),
     )
 }
 
@@ -163,9 +154,12 @@ WITH v AS (
                 AND (next_at IS NULL OR absent_from < next_at)
             THEN absent_from END AS closed_at,
         next_at
-    FROM (SELECT h.*, lead(h.updated_at) OVER (PARTITION BY h.key ORDER BY h.updated_at)
+    FROM (SELECT d.*, lead(d.updated_at) OVER (PARTITION BY d.key ORDER BY d.updated_at)
               AS next_at
-          FROM {versions} h) AS w)
+          FROM (SELECT h.*, row_number() OVER (PARTITION BY h.key, h.updated_at
+                    ORDER BY h.deleted DESC, h.value DESC, h.event_date DESC) AS nth
+                FROM {versions} h) AS d
+          WHERE d.nth = 1) AS w)
 SELECT key, event_date, value, updated_at, updated_at AS valid_from,
     coalesce(closed_at, next_at) AS valid_to, deleted{carried}
 FROM v WHERE closed_at IS NULL OR closed_at > updated_at
@@ -182,12 +176,17 @@ COMMENT ON VIEW {view} IS '{comment}'"#,
 /// What a store that keeps history runs.
 #[derive(Debug)]
 pub(crate) struct HistoryStatements {
-    /// A page's versions (`$1`–`$5`: keys, dates, values, instants,
-    /// tombstone flags, then one array per typed column) new to history,
-    /// in key order; a version history
-    /// holds already, or one of its instant that supersedes it, is not
-    /// touched (not even locked).
+    /// A page's versions (`$1`–`$6`: keys, dates, values, instants,
+    /// tombstone flags, the first listing of each one's day at or after
+    /// it; then one array per typed column) new to history, in the order
+    /// of the primary key; a version history holds already, or one of its
+    /// instant and day that supersedes it, is not touched (not even
+    /// locked).
     pub(crate) insert: String,
+    /// A page's versions, none of them in history, by binary `COPY`.
+    pub(crate) copy: String,
+    /// The listing instants of days `$1`, by day and instant.
+    pub(crate) listings_of_days: String,
     /// A listing of day `$1` as of `$2`: the day's versions in the key
     /// range `($3, $4]` (NULL: unbounded) not among the listing's
     /// versions there (`$5` keys, `$6` instants) are absent from `$2` on,
@@ -210,7 +209,7 @@ impl HistoryStatements {
         let arrays: String = typed
             .iter()
             .enumerate()
-            .map(|(i, c)| format!(", ${}::{}", i + 6, typed::array_cast(c.column_type())))
+            .map(|(i, c)| format!(", ${}::{}", i + 7, typed::array_cast(c.column_type())))
             .collect();
         let aliases: String = (0..typed.len()).map(|i| format!(", tc{i}")).collect();
         let picked: String = (0..typed.len()).map(|i| format!(", i.tc{i}")).collect();
@@ -222,24 +221,27 @@ impl HistoryStatements {
             insert: format!(
                 r#"
 INSERT INTO {versions} AS h (key, event_date, value, updated_at, deleted, absent_from{names})
-SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted,
-       (SELECT min(l.as_of) FROM {listings} l
-        WHERE l.day = i.event_date AND l.as_of >= i.updated_at){picked}
+SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted, i.absent_from{picked}
 FROM (SELECT u.key COLLATE "C" AS key, u.event_date, u.value COLLATE "C" AS value,
-             u.updated_at, u.deleted{aliases}
-      FROM unnest($1::text[], $2::date[], $3::text[], $4::timestamptz[], $5::bool[]{arrays})
-          AS u(key, event_date, value, updated_at, deleted{aliases})) AS i
+             u.updated_at, u.deleted, u.absent_from{aliases}
+      FROM unnest($1::text[], $2::date[], $3::text[], $4::timestamptz[], $5::bool[],
+                  $6::timestamptz[]{arrays})
+          AS u(key, event_date, value, updated_at, deleted, absent_from{aliases})) AS i
 WHERE NOT EXISTS (
     SELECT 1 FROM {versions} v
-    WHERE v.key = i.key AND v.updated_at = i.updated_at
-      AND (v.deleted, v.value, v.event_date) >= (i.deleted, i.value, i.event_date))
-ORDER BY i.key
-ON CONFLICT (key, updated_at) DO UPDATE SET
-    event_date = EXCLUDED.event_date, value = EXCLUDED.value, deleted = EXCLUDED.deleted,
-    absent_from = CASE WHEN EXCLUDED.event_date = h.event_date
-        THEN h.absent_from ELSE EXCLUDED.absent_from END{set}
-WHERE (EXCLUDED.deleted, EXCLUDED.value, EXCLUDED.event_date)
-    > (h.deleted, h.value, h.event_date)"#
+    WHERE v.event_date = i.event_date AND v.key = i.key AND v.updated_at = i.updated_at
+      AND (v.deleted, v.value) >= (i.deleted, i.value))
+ORDER BY i.event_date, i.key
+ON CONFLICT (event_date, key, updated_at) DO UPDATE SET
+    value = EXCLUDED.value, deleted = EXCLUDED.deleted{set}
+WHERE (EXCLUDED.deleted, EXCLUDED.value) > (h.deleted, h.value)"#
+            ),
+            copy: format!(
+                "COPY {versions} (key, event_date, value, updated_at, deleted, absent_from{names}) \
+                 FROM STDIN (FORMAT binary)"
+            ),
+            listings_of_days: format!(
+                "SELECT day, as_of FROM {listings} WHERE day = ANY($1::date[]) ORDER BY day, as_of"
             ),
             lacked: format!(
                 r#"
@@ -285,7 +287,6 @@ struct Present {
     versions: Option<i8>,
     listings: Option<i8>,
     view: Option<i8>,
-    index: bool,
 }
 
 async fn present(tx: &Transaction<'_>, schema: &str, table: &str) -> Result<Present> {
@@ -307,18 +308,6 @@ async fn present(tx: &Transaction<'_>, schema: &str, table: &str) -> Result<Pres
             n if n == names[1] => found.listings = Some(kind),
             _ => found.view = Some(kind),
         }
-    }
-    if found.versions.is_some() {
-        found.index = tx
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM pg_class c \
-                 JOIN pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'i')",
-                &[&schema, &format!("{table}:versions:day")],
-            )
-            .await
-            .map_err(open_error)?
-            .get(0);
     }
     Ok(found)
 }
@@ -474,7 +463,7 @@ impl Looked {
             .typed
             .as_ref()
             .is_some_and(|t| t.add.is_empty() && t.drop.is_empty());
-        self.found.listings.is_some() && self.found.index && typed_current && self.view_current
+        self.found.listings.is_some() && typed_current && self.view_current
     }
 }
 
@@ -523,7 +512,7 @@ async fn look(
                 kind,
                 b'r',
                 &expected,
-                &["key", "updated_at"],
+                &["event_date", "key", "updated_at"],
             )
             .await?;
         }
@@ -594,7 +583,7 @@ pub(crate) async fn prepare(
     if !create {
         return Err(open_error(format!(
             "table {} keeps no history yet, or its history is not in step with it (\"{}\", \
-             \"{}\", the view {}, its index, the typed columns), and this store may not \
+             \"{}\", the view {}, the typed columns), and this store may not \
              change it (create_if_missing(false)): open it once with create_if_missing(true)",
             qualified(schema, table),
             versions_name(table),
@@ -648,9 +637,6 @@ pub(crate) async fn prepare(
             }
         }
     }
-    tx.batch_execute(&create_versions_index(schema, table))
-        .await
-        .map_err(ddl_error(format!("{table}:versions:day")))?;
     if looked.found.view.is_none() || !looked.view_current {
         tx.batch_execute(&create_view(schema, table, typed))
             .await
@@ -721,15 +707,16 @@ async fn fill_columns(tx: &Transaction<'_>, versions: &str, columns: &Columns) -
     let page = tx
         .prepare(&format!(
             r#"SELECT key, event_date, value, updated_at FROM {versions}
-               WHERE NOT deleted AND (key, updated_at) > ($1::text COLLATE "C", $2::timestamptz)
-               ORDER BY key, updated_at LIMIT 10000"#
+               WHERE (event_date, key, updated_at) > ($1::date, $2::text COLLATE "C", $3::timestamptz)
+                 AND NOT deleted
+               ORDER BY event_date, key, updated_at LIMIT 10000"#
         ))
         .await
         .map_err(open_error)?;
     let arrays: String = columns
         .iter()
         .enumerate()
-        .map(|(i, c)| format!(", ${}::{}", i + 3, typed::array_cast(c.column_type())))
+        .map(|(i, c)| format!(", ${}::{}", i + 4, typed::array_cast(c.column_type())))
         .collect();
     let aliases: String = (0..columns.len()).map(|i| format!(", tc{i}")).collect();
     let set: Vec<String> = columns
@@ -739,26 +726,32 @@ async fn fill_columns(tx: &Transaction<'_>, versions: &str, columns: &Columns) -
         .collect();
     let update = tx
         .prepare(&format!(
-            r#"UPDATE {versions} AS s SET {} FROM unnest($1::text[], $2::timestamptz[]{arrays})
-                   AS u(key, updated_at{aliases})
-               WHERE s.key = u.key COLLATE "C" AND s.updated_at = u.updated_at"#,
+            r#"UPDATE {versions} AS s SET {}
+               FROM unnest($1::date[], $2::text[], $3::timestamptz[]{arrays})
+                   AS u(event_date, key, updated_at{aliases})
+               WHERE s.event_date = u.event_date AND s.key = u.key COLLATE "C"
+                 AND s.updated_at = u.updated_at"#,
             set.join(", ")
         ))
         .await
         .map_err(open_error)?;
     // Before every stored version: no key is empty.
     let first = NaiveDate::from_ymd_opt(1, 1, 1).expect("a date");
-    let (mut key, mut at) = (
+    let (mut date, mut key, mut at) = (
+        first,
         String::new(),
         first.and_time(chrono::NaiveTime::MIN).and_utc(),
     );
     loop {
-        let rows = tx.query(&page, &[&key, &at]).await.map_err(open_error)?;
+        let rows = tx
+            .query(&page, &[&date, &key, &at])
+            .await
+            .map_err(open_error)?;
         let Some(last) = rows.last() else {
             return Ok(());
         };
-        (key, at) = (last.get(0), last.get(3));
-        let (mut keys, mut instants) = (Vec::new(), Vec::new());
+        (key, date, at) = (last.get(0), last.get(1), last.get(3));
+        let (mut dates, mut keys, mut instants) = (Vec::new(), Vec::new(), Vec::new());
         let mut flat = Vec::with_capacity(rows.len() * columns.len());
         for row in &rows {
             let record = Record::new(
@@ -771,11 +764,12 @@ async fn fill_columns(tx: &Transaction<'_>, versions: &str, columns: &Columns) -
                 continue;
             };
             flat.extend(values);
+            dates.push(record.event_date());
             keys.push(record.key().to_owned());
             instants.push(record.updated_at());
         }
         let values = typed::arrays(columns.len(), &flat);
-        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&keys, &instants];
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&dates, &keys, &instants];
         params.extend(values.iter().map(|v| v as &(dyn ToSql + Sync)));
         tx.execute(&update, &params).await.map_err(open_error)?;
     }

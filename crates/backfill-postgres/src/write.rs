@@ -134,8 +134,9 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
     let mut counts = Counts::default();
     let mut first = true;
     // A day of one page (a batch) kept for history, which reads the pages
-    // of a longer day again.
+    // of a longer day again, and what each page's write found.
     let mut only_page = None;
+    let mut kinds = Vec::new();
     while let Some(records) = page {
         // The day's only page (a batch's): all of the day's records.
         let whole_day = (std::mem::take(&mut first) && day.is_done()).then(|| day.day());
@@ -156,11 +157,20 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
             Some(unlisted) => unlisted.page(&tx, &records, last).await?,
             None => Vec::new(),
         };
-        writes
+        let before = counts;
+        let copied = writes
             .page(&tx, &records, &lacked, whole_day, &mut counts)
             .await?;
-        if whole_day.is_some() && sql.history.is_some() {
-            only_page = Some(records);
+        if sql.history.is_some() {
+            let unchanged = counts.unchanged - before.unchanged == records.len() as u64;
+            kinds.push(match (copied, unchanged) {
+                (true, _) => PageKind::Copied,
+                (false, true) => PageKind::Unchanged,
+                (false, false) => PageKind::Other,
+            });
+            if whole_day.is_some() {
+                only_page = Some(records);
+            }
         }
         let (back, next) = match reading {
             Err(day) => (day, None),
@@ -190,7 +200,28 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
 
     // 4.
     if let Some(history) = &sql.history {
-        day = keep_history(&tx, history, day, only_page, store.columns, (rows, bytes)).await?;
+        let pages = HistoryPages {
+            only: only_page,
+            kinds,
+            rows,
+            bytes,
+        };
+        let copy = writes.subtransactions < MAX_SUBTRANSACTIONS;
+        day = match keep_history(&tx, history, day, &pages, store.columns, copy).await? {
+            Kept::Done(day) => day,
+            // A version the COPY met in history after all (one whose key's
+            // row a purge removed from the table): history's writes are
+            // undone and made again, each version judged.
+            Kept::CopyRefused(day) => {
+                tx.batch_execute(ROLLBACK_TO_HISTORY)
+                    .await
+                    .map_err(pg_error)?;
+                match keep_history(&tx, history, day, &pages, store.columns, false).await? {
+                    Kept::Done(day) => day,
+                    Kept::CopyRefused(_) => unreachable!("nothing is copied then"),
+                }
+            }
+        };
     }
 
     // 5.
@@ -199,11 +230,51 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
     Ok(counts)
 }
 
+/// What a page's write found, for history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PageKind {
+    /// Every record copied in: none of its keys was stored, so (unless a
+    /// purge removed a key's row) none of its versions is in history.
+    Copied,
+    /// Every record identical to its stored row: its versions are in
+    /// history already.
+    Unchanged,
+    /// Anything else: each version judged against history.
+    Other,
+}
+
+/// The day's pages as history reads them again: a day of one page kept
+/// (`only`), else read again from the day; what each page's write found;
+/// the store's page bounds.
+struct HistoryPages {
+    only: Option<Vec<Record>>,
+    kinds: Vec<PageKind>,
+    rows: usize,
+    bytes: usize,
+}
+
+/// How [`keep_history`] ended.
+enum Kept {
+    Done(DayWrite),
+    /// A COPY met a version history holds: its savepoint must be rolled
+    /// back to and history written again without copying.
+    CopyRefused(DayWrite),
+}
+
+/// Before history's first COPY of an apply.
+const HISTORY_SAVEPOINT: &str = "SAVEPOINT backfill_history";
+/// Undoes history's writes of the apply after a refused COPY.
+const ROLLBACK_TO_HISTORY: &str = "ROLLBACK TO SAVEPOINT backfill_history";
+
 /// History's share of an apply, after every record of the day is merged:
-/// the day's pages read again (a day of one page is `only_page`), each
-/// page's versions new to history inserted in key order and, for a
-/// listing, the day's versions of the page's key range that the listing
-/// lacks marked absent from its instant; then the listing's instant kept.
+/// the day's pages read again, each page's versions new to history
+/// written in the primary key's order — copied in where the page's
+/// records were (`copy`, under one savepoint), inserted version by
+/// version otherwise, nothing for a page whose records were all unchanged
+/// — and, for a listing, the day's versions of the page's key range that
+/// the listing lacks marked absent from its instant; then the listing's
+/// instant kept. Each version's first lacking listing is found from its
+/// day's listings, read once (the day locks keep them as they are).
 ///
 /// After the merge, so that an apply takes every lock on the records
 /// table (in key order, page after page) before any on history (in key
@@ -216,11 +287,13 @@ async fn keep_history(
     tx: &Transaction<'_>,
     sql: &crate::history::HistoryStatements,
     mut day: DayWrite,
-    only_page: Option<Vec<Record>>,
+    pages: &HistoryPages,
     columns: &Columns,
-    (rows, bytes): (usize, usize),
-) -> Result<DayWrite> {
+    copy: bool,
+) -> Result<Kept> {
+    let (rows, bytes) = (pages.rows, pages.bytes);
     let insert = tx.prepare_cached(&sql.insert).await.map_err(pg_error)?;
+    let listings = read_listings(tx, sql, day.days()).await?;
     let lacked = match day.as_of() {
         Some(as_of) => Some((
             tx.prepare_cached(&sql.lacked).await.map_err(pg_error)?,
@@ -229,8 +302,17 @@ async fn keep_history(
         )),
         None => None,
     };
-    let mut page = match only_page {
-        Some(page) => Some(page),
+    let copy = match copy && pages.kinds.contains(&PageKind::Copied) {
+        true => {
+            tx.batch_execute(HISTORY_SAVEPOINT)
+                .await
+                .map_err(pg_error)?;
+            Some(tx.prepare_cached(&sql.copy).await.map_err(pg_error)?)
+        }
+        false => None,
+    };
+    let mut page = match &pages.only {
+        Some(page) => Some(page.clone()),
         None => {
             let (back, first) = blocking(day, rows, bytes, true).await?;
             day = back;
@@ -239,20 +321,45 @@ async fn keep_history(
     };
     let mut after: Option<String> = None;
     let mut to_the_end = false;
+    let mut kinds = pages.kinds.iter();
     while let Some(records) = page {
-        let keys: Vec<&str> = records.iter().map(Record::key).collect();
-        let dates: Vec<NaiveDate> = records.iter().map(Record::event_date).collect();
-        let values: Vec<&str> = records.iter().map(Record::value).collect();
-        let instants: Vec<DateTime<Utc>> = records.iter().map(Record::updated_at).collect();
-        let deleted: Vec<bool> = records.iter().map(Record::is_deleted).collect();
+        let absent_from: Vec<Option<DateTime<Utc>>> = records
+            .iter()
+            .map(|r| {
+                let instants = listings.get(&r.event_date())?;
+                let at = instants.partition_point(|l| *l < r.updated_at());
+                instants.get(at).copied()
+            })
+            .collect();
         let flat = typed_rows(columns, &records)?;
-        let arrays = typed::arrays(columns.len(), &flat);
-        let mut params: Vec<&(dyn ToSql + Sync)> =
-            vec![&keys, &dates, &values, &instants, &deleted];
-        params.extend(arrays.iter().map(|a| a as &(dyn ToSql + Sync)));
-        tx.execute(&insert, &params).await.map_err(pg_error)?;
-        let last = day.is_done();
+        match (kinds.next(), &copy) {
+            (Some(PageKind::Unchanged), _) => {}
+            (Some(PageKind::Copied), Some(copy)) => {
+                match copy_versions(tx, copy, &records, &absent_from, columns, &flat).await {
+                    Ok(_) => {}
+                    Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                        return Ok(Kept::CopyRefused(day));
+                    }
+                    Err(e) => return Err(pg_error(e)),
+                }
+            }
+            _ => {
+                let keys: Vec<&str> = records.iter().map(Record::key).collect();
+                let dates: Vec<NaiveDate> = records.iter().map(Record::event_date).collect();
+                let values: Vec<&str> = records.iter().map(Record::value).collect();
+                let instants: Vec<DateTime<Utc>> = records.iter().map(Record::updated_at).collect();
+                let deleted: Vec<bool> = records.iter().map(Record::is_deleted).collect();
+                let arrays = typed::arrays(columns.len(), &flat);
+                let mut params: Vec<&(dyn ToSql + Sync)> =
+                    vec![&keys, &dates, &values, &instants, &deleted, &absent_from];
+                params.extend(arrays.iter().map(|a| a as &(dyn ToSql + Sync)));
+                tx.execute(&insert, &params).await.map_err(pg_error)?;
+            }
+        }
+        let last = day.is_done() || pages.only.is_some();
         if let Some((lacked, listed, as_of)) = &lacked {
+            let keys: Vec<&str> = records.iter().map(Record::key).collect();
+            let instants: Vec<DateTime<Utc>> = records.iter().map(Record::updated_at).collect();
             let upto = (!last).then(|| keys.last().copied()).flatten();
             tx.execute(lacked, &[listed, as_of, &after, &upto, &keys, &instants])
                 .await
@@ -286,7 +393,77 @@ async fn keep_history(
             .await
             .map_err(pg_error)?;
     }
-    Ok(day)
+    Ok(Kept::Done(day))
+}
+
+/// The listing instants of each of `days`, in order.
+async fn read_listings(
+    tx: &Transaction<'_>,
+    sql: &crate::history::HistoryStatements,
+    days: &[NaiveDate],
+) -> Result<std::collections::HashMap<NaiveDate, Vec<DateTime<Utc>>>> {
+    let mut listings: std::collections::HashMap<NaiveDate, Vec<DateTime<Utc>>> =
+        std::collections::HashMap::new();
+    if days.is_empty() {
+        return Ok(listings);
+    }
+    let read = tx
+        .prepare_cached(&sql.listings_of_days)
+        .await
+        .map_err(pg_error)?;
+    for row in tx.query(&read, &[&days]).await.map_err(pg_error)? {
+        listings
+            .entry(row.get::<_, NaiveDate>(0))
+            .or_default()
+            .push(row.get(1));
+    }
+    Ok(listings)
+}
+
+/// Copies `records`' versions into history with binary `COPY`, in their
+/// order, each with its first lacking listing and its typed columns.
+async fn copy_versions(
+    tx: &Transaction<'_>,
+    copy: &Statement,
+    records: &[Record],
+    absent_from: &[Option<DateTime<Utc>>],
+    columns: &Columns,
+    typed: &[ColumnValue],
+) -> std::result::Result<u64, tokio_postgres::Error> {
+    let sink = tx.copy_in(copy).await?;
+    let mut types = vec![
+        Type::TEXT,
+        Type::DATE,
+        Type::TEXT,
+        Type::TIMESTAMPTZ,
+        Type::BOOL,
+        Type::TIMESTAMPTZ,
+    ];
+    types.extend(columns.iter().map(|c| typed::pg_type(c.column_type())));
+    let writer = BinaryCopyInWriter::new(sink, &types);
+    let mut writer = pin!(writer);
+    let n = columns.len();
+    let params: Vec<Param<'_>> = typed.iter().map(Param).collect();
+    for (i, r) in records.iter().enumerate() {
+        let (key, value) = (r.key(), r.value());
+        let (date, at, deleted) = (r.event_date(), r.updated_at(), r.is_deleted());
+        let mut row: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(types.len());
+        row.extend([
+            &key as &(dyn ToSql + Sync),
+            &date,
+            &value,
+            &at,
+            &deleted,
+            &absent_from[i],
+        ]);
+        row.extend(
+            params[i * n..(i + 1) * n]
+                .iter()
+                .map(|v| v as &(dyn ToSql + Sync)),
+        );
+        writer.as_mut().write(&row).await?;
+    }
+    writer.finish().await
 }
 
 /// The day's next page, or (`rewind`) its first again, read on the
@@ -640,6 +817,9 @@ impl Writes {
     /// other session's snapshots. A race lost there fails the apply with a
     /// retryable error: the whole day rolls back, and its retry (a job
     /// retries it) finds the other writer's keys stored and merges them.
+    ///
+    /// Returns whether every record of the page was copied in: none of
+    /// its keys was stored.
     async fn page(
         &mut self,
         tx: &Transaction<'_>,
@@ -647,8 +827,9 @@ impl Writes {
         lacked: &[String],
         whole_day: Option<NaiveDate>,
         counts: &mut Counts,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let slices: Vec<Slice<'_>> = Slices::new(page, lacked, self.rows, self.bytes).collect();
+        let mut all_copied = !page.is_empty();
         // A day written in a few statements is merged against its stored
         // rows read by one scan each; a longer one probes key by key, so
         // no statement reads the whole day again.
@@ -676,6 +857,7 @@ impl Writes {
                     counts,
                 )
                 .await?;
+                all_copied = false;
                 continue;
             }
             // Copied unchecked only where a stored key costs no more than
@@ -690,6 +872,7 @@ impl Writes {
             };
             let Some(copy) = copy else {
                 merge_records(tx, &self.merge, slice, day_scan, &self.columns, counts).await?;
+                all_copied = false;
                 continue;
             };
             if saved.is_none() && self.subtransactions < MAX_SUBTRANSACTIONS {
@@ -728,6 +911,7 @@ impl Writes {
                     // another date): the apply's later pages check first.
                     self.copy_first = false;
                     *counts = before;
+                    all_copied = false;
                     for slice in &slices[from..] {
                         let slice = slice.records;
                         merge_records(tx, &self.merge, slice, day_scan, &self.columns, counts)
@@ -744,7 +928,7 @@ impl Writes {
                 .await
                 .map_err(pg_error)?;
         }
-        Ok(())
+        Ok(all_copied)
     }
 }
 

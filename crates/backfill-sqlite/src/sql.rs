@@ -174,7 +174,11 @@ impl TableDef {
             "CREATE TABLE IF NOT EXISTS \"{}\" (\n{}\n) STRICT{}",
             self.name,
             items.join(",\n"),
-            if self.clustered { ", WITHOUT ROWID" } else { "" }
+            if self.clustered {
+                ", WITHOUT ROWID"
+            } else {
+                ""
+            }
         )
     }
 }

@@ -318,6 +318,7 @@ macro_rules! history_conformance_tests {
             history_resolves_ties_by_the_version_order,
             as_of_reads_each_instant,
             history_of_streamed_and_skipped_days,
+            purge_never_removes_history,
             history_matches_the_model,
         }
     };
