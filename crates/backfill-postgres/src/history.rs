@@ -178,8 +178,9 @@ COMMENT ON VIEW {view} IS '{comment}'"#,
 pub(crate) struct HistoryStatements {
     /// A page's versions (`$1`–`$6`: keys, dates, values, instants,
     /// tombstone flags, the first listing of each one's day at or after
-    /// it; then one array per typed column) new to history, in the order
-    /// of the primary key; a version history holds already, or one of its
+    /// it; then one array per typed column) new to history, in key order
+    /// (as the `COPY` of a page writes them, so that every apply takes its
+    /// history locks in one order); a version history holds already, or one of its
     /// instant and day that supersedes it, is not touched (not even
     /// locked).
     pub(crate) insert: String,
@@ -231,7 +232,7 @@ WHERE NOT EXISTS (
     SELECT 1 FROM {versions} v
     WHERE v.event_date = i.event_date AND v.key = i.key AND v.updated_at = i.updated_at
       AND (v.deleted, v.value) >= (i.deleted, i.value))
-ORDER BY i.event_date, i.key
+ORDER BY i.key
 ON CONFLICT (event_date, key, updated_at) DO UPDATE SET
     value = EXCLUDED.value, deleted = EXCLUDED.deleted{set}
 WHERE (EXCLUDED.deleted, EXCLUDED.value) > (h.deleted, h.value)"#

@@ -268,7 +268,7 @@ const ROLLBACK_TO_HISTORY: &str = "ROLLBACK TO SAVEPOINT backfill_history";
 
 /// History's share of an apply, after every record of the day is merged:
 /// the day's pages read again, each page's versions new to history
-/// written in the primary key's order — copied in where the page's
+/// written in key order — copied in where the page's
 /// records were (`copy`, under one savepoint), inserted version by
 /// version otherwise, nothing for a page whose records were all unchanged
 /// — and, for a listing, the day's versions of the page's key range that

@@ -82,15 +82,26 @@ pub(crate) fn prepare(
         columns: typed,
         changes,
     };
+    // The look is one read transaction: its statements see one state of
+    // the file, never the two sides of another process's upgrade
+    // committing between them (a records table without `deleted`, then
+    // with it).
+    let look = |access: Access| -> Result<Option<crate::history::HistoryOpened>> {
+        conn.execute_batch("BEGIN").map_err(open_error)?;
+        let looked =
+            create_or_upgrade(conn, table, &typed, access).and_then(|in_place| match in_place {
+                true => crate::history::objects(conn, table, &typed, history, access),
+                false => Ok(None),
+            });
+        // Only read: ending it cannot lose anything.
+        let _ = conn.execute_batch("COMMIT");
+        looked
+    };
     if read_only {
-        create_or_upgrade(conn, table, &typed, Access::ReadOnly)?;
-        return crate::history::objects(conn, table, &typed, history, Access::ReadOnly)
-            .map(|opened| opened.expect("a read-only look decides"));
+        return look(Access::ReadOnly).map(|opened| opened.expect("a read-only look decides"));
     }
-    if create_or_upgrade(conn, table, &typed, Access::Look)? {
-        if let Some(opened) = crate::history::objects(conn, table, &typed, history, Access::Look)? {
-            return Ok(opened);
-        }
+    if let Some(opened) = look(Access::Look)? {
+        return Ok(opened);
     }
     conn.execute_batch("BEGIN IMMEDIATE").map_err(open_error)?;
     // Looked at again under the lock: another process may have done it.
