@@ -332,10 +332,12 @@ async fn keep_history(
             })
             .collect();
         let flat = typed_rows(columns, &records)?;
+        let keys: Vec<&str> = records.iter().map(Record::key).collect();
+        let instants: Vec<DateTime<Utc>> = records.iter().map(Record::updated_at).collect();
         match (kinds.next(), &copy) {
             (Some(PageKind::Unchanged), _) => {}
             (Some(PageKind::Copied), Some(copy)) => {
-                match copy_versions(tx, copy, &records, &absent_from, columns, &flat).await {
+                match copy_slice(tx, copy, (&records, Some(&absent_from)), columns, &flat).await {
                     Ok(_) => {}
                     Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
                         return Ok(Kept::CopyRefused(day));
@@ -344,10 +346,8 @@ async fn keep_history(
                 }
             }
             _ => {
-                let keys: Vec<&str> = records.iter().map(Record::key).collect();
                 let dates: Vec<NaiveDate> = records.iter().map(Record::event_date).collect();
                 let values: Vec<&str> = records.iter().map(Record::value).collect();
-                let instants: Vec<DateTime<Utc>> = records.iter().map(Record::updated_at).collect();
                 let deleted: Vec<bool> = records.iter().map(Record::is_deleted).collect();
                 let arrays = typed::arrays(columns.len(), &flat);
                 let mut params: Vec<&(dyn ToSql + Sync)> =
@@ -358,8 +358,6 @@ async fn keep_history(
         }
         let last = day.is_done() || pages.only.is_some();
         if let Some((lacked, listed, as_of)) = &lacked {
-            let keys: Vec<&str> = records.iter().map(Record::key).collect();
-            let instants: Vec<DateTime<Utc>> = records.iter().map(Record::updated_at).collect();
             let upto = (!last).then(|| keys.last().copied()).flatten();
             tx.execute(lacked, &[listed, as_of, &after, &upto, &keys, &instants])
                 .await
@@ -418,52 +416,6 @@ async fn read_listings(
             .push(row.get(1));
     }
     Ok(listings)
-}
-
-/// Copies `records`' versions into history with binary `COPY`, in their
-/// order, each with its first lacking listing and its typed columns.
-async fn copy_versions(
-    tx: &Transaction<'_>,
-    copy: &Statement,
-    records: &[Record],
-    absent_from: &[Option<DateTime<Utc>>],
-    columns: &Columns,
-    typed: &[ColumnValue],
-) -> std::result::Result<u64, tokio_postgres::Error> {
-    let sink = tx.copy_in(copy).await?;
-    let mut types = vec![
-        Type::TEXT,
-        Type::DATE,
-        Type::TEXT,
-        Type::TIMESTAMPTZ,
-        Type::BOOL,
-        Type::TIMESTAMPTZ,
-    ];
-    types.extend(columns.iter().map(|c| typed::pg_type(c.column_type())));
-    let writer = BinaryCopyInWriter::new(sink, &types);
-    let mut writer = pin!(writer);
-    let n = columns.len();
-    let params: Vec<Param<'_>> = typed.iter().map(Param).collect();
-    for (i, r) in records.iter().enumerate() {
-        let (key, value) = (r.key(), r.value());
-        let (date, at, deleted) = (r.event_date(), r.updated_at(), r.is_deleted());
-        let mut row: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(types.len());
-        row.extend([
-            &key as &(dyn ToSql + Sync),
-            &date,
-            &value,
-            &at,
-            &deleted,
-            &absent_from[i],
-        ]);
-        row.extend(
-            params[i * n..(i + 1) * n]
-                .iter()
-                .map(|v| v as &(dyn ToSql + Sync)),
-        );
-        writer.as_mut().write(&row).await?;
-    }
-    writer.finish().await
 }
 
 /// The day's next page, or (`rewind`) its first again, read on the
@@ -883,7 +835,7 @@ impl Writes {
             // Read before the COPY starts: a value that does not fit
             // refuses the record, and the whole day rolls back.
             let typed = typed_rows(&self.columns, slice.iter())?;
-            match copy_slice(tx, copy, slice, &self.columns, &typed).await {
+            match copy_slice(tx, copy, (slice, None), &self.columns, &typed).await {
                 Ok(copied) => count_copied(slice, copied, counts)?,
                 Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
                     // Past the savepoints an apply may take, a lost race
@@ -1012,12 +964,16 @@ fn days_to_lock(
     (days, exclusive)
 }
 
-/// Copies `records` into the table in their order with binary `COPY`;
-/// returns the number of rows copied.
+/// A version's first lacking listing, as history keeps it.
+type Absent = Option<DateTime<Utc>>;
+
+/// Copies `records` into the table in their order with binary `COPY`
+/// (into history with `absent_from`, each version's first lacking
+/// listing, after its own columns); returns the number of rows copied.
 async fn copy_slice(
     tx: &Transaction<'_>,
     copy: &Statement,
-    records: &[Record],
+    (records, absent_from): (&[Record], Option<&[Absent]>),
     columns: &Columns,
     typed: &[ColumnValue],
 ) -> std::result::Result<u64, tokio_postgres::Error> {
@@ -1029,6 +985,9 @@ async fn copy_slice(
         Type::TIMESTAMPTZ,
         Type::BOOL,
     ];
+    if absent_from.is_some() {
+        types.push(Type::TIMESTAMPTZ);
+    }
     types.extend(columns.iter().map(|c| typed::pg_type(c.column_type())));
     let writer = BinaryCopyInWriter::new(sink, &types);
     let mut writer = pin!(writer);
@@ -1039,6 +998,9 @@ async fn copy_slice(
         let (date, at, deleted) = (r.event_date(), r.updated_at(), r.is_deleted());
         let mut row: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(types.len());
         row.extend([&key as &(dyn ToSql + Sync), &date, &value, &at, &deleted]);
+        if let Some(absent_from) = absent_from {
+            row.push(&absent_from[i]);
+        }
         row.extend(
             params[i * n..(i + 1) * n]
                 .iter()
