@@ -1,12 +1,25 @@
 //! History ([`backfill_core::history`]) as Postgres keeps it, beside the
 //! records table `t`:
 //!
-//! - `"t:versions"`: every version, one row per `(key, updated_at)`, with
-//!   `absent_from`, the earliest listing of its day at or after it that
-//!   lacked it;
+//! - `t` itself: each key's row is its newest version, as delivered;
+//! - `"t:versions"`: every other version, with `absent_from`, the
+//!   earliest listing of its day at or after it that lacked it: the
+//!   versions the table replaced, those it never took (stale, or buried
+//!   by a listing's watermark), the live versions a listing turned into
+//!   tombstones, and the tombstones a purge removed;
 //! - `"t:listings"`: every listing instant of every day;
 //! - the view `t_history` people query: each version with `valid_from`
 //!   and `valid_to`, a listing's delete as a tombstone row at its instant.
+//!
+//! One rule joins the two tables: where `"t:versions"` holds a row of a
+//! key's instant, it holds the version history keeps for that instant
+//! (the one that [supersedes](backfill_core::Record::supersedes) the
+//! others); where it holds none, the table's row of that instant is that
+//! version, exactly as delivered. So a backfill of new keys writes history
+//! nothing but its listings, and a row leaves the table for
+//! `"t:versions"` only when the table replaces it (the merge returns the
+//! row it replaced) or a purge removes it. History written before this
+//! split, a copy of every version, keeps the rule and is read as it is.
 //!
 //! The `:` keeps the tables' names apart from every records table's (a
 //! records table's name has none); the view's is the one name a person
@@ -37,6 +50,12 @@ pub(crate) fn versions_name(table: &str) -> String {
 /// `"{table}:listings"`.
 pub(crate) fn listings_name(table: &str) -> String {
     format!("{table}:listings")
+}
+
+/// `"{table}:by_key"`: the versions table's index by `(key,
+/// updated_at)`, which the view and the writes probe.
+pub(crate) fn key_index_name(table: &str) -> String {
+    format!("{table}:by_key")
 }
 
 /// `{table}_history`: the view.
@@ -93,6 +112,12 @@ const VIEW_OWN: [(&str, &str, bool, &str); 7] = [
 /// with it is the store's, remade when the typed columns change; a view of
 /// that name without it is someone else's, and refused.
 fn view_comment(table: &str) -> String {
+    format!("backfill: history of {table}, version 2")
+}
+
+/// The comment of the store's first history view, which read every
+/// version from the versions table: the store's too, remade.
+fn first_view_comment(table: &str) -> String {
     format!("backfill: history of {table}")
 }
 
@@ -124,6 +149,14 @@ fn create_versions(schema: &str, table: &str, typed: &Columns) -> String {
     )
 }
 
+fn create_key_index(schema: &str, table: &str) -> String {
+    format!(
+        r#"CREATE INDEX IF NOT EXISTS "{i}" ON {t} (key, updated_at)"#,
+        i = key_index_name(table),
+        t = qualified(schema, &versions_name(table)),
+    )
+}
+
 fn create_listings(schema: &str, table: &str) -> String {
     format!(
         r#"CREATE TABLE IF NOT EXISTS {t} (
@@ -135,8 +168,10 @@ fn create_listings(schema: &str, table: &str) -> String {
     )
 }
 
-/// The view: [`backfill_core::history::history_of`] in SQL, the typed
-/// columns last (`NULL` in a tombstone row); commented as the store's.
+/// The view: [`backfill_core::history::history_of`] in SQL over the
+/// versions table and the table's rows of the instants it lacks, the
+/// typed columns last (`NULL` in a tombstone row); commented as the
+/// store's.
 fn create_view(schema: &str, table: &str, typed: &Columns) -> String {
     let carried: String = typed
         .iter()
@@ -148,7 +183,15 @@ fn create_view(schema: &str, table: &str, typed: &Columns) -> String {
         .collect();
     format!(
         r#"CREATE VIEW {view} AS
-WITH v AS (
+WITH h AS (
+    SELECT key, event_date, value, updated_at, deleted, absent_from{carried}
+    FROM {versions}
+    UNION ALL
+    SELECT t.key, t.event_date, t.value, t.updated_at, t.deleted, NULL::timestamptz{carried}
+    FROM {records} t
+    WHERE NOT EXISTS (SELECT 1 FROM {versions} x
+                      WHERE x.key = t.key AND x.updated_at = t.updated_at)
+), v AS (
     SELECT key, event_date, value, updated_at, deleted{carried},
         CASE WHEN NOT deleted AND absent_from IS NOT NULL
                 AND (next_at IS NULL OR absent_from < next_at)
@@ -158,7 +201,7 @@ WITH v AS (
               AS next_at
           FROM (SELECT h.*, row_number() OVER (PARTITION BY h.key, h.updated_at
                     ORDER BY h.deleted DESC, h.value DESC, h.event_date DESC) AS nth
-                FROM {versions} h) AS d
+                FROM h) AS d
           WHERE d.nth = 1) AS w)
 SELECT key, event_date, value, updated_at, updated_at AS valid_from,
     coalesce(closed_at, next_at) AS valid_to, deleted{carried}
@@ -169,6 +212,7 @@ FROM v WHERE closed_at IS NOT NULL;
 COMMENT ON VIEW {view} IS '{comment}'"#,
         view = qualified(schema, &view_name(table)),
         versions = qualified(schema, &versions_name(table)),
+        records = qualified(schema, table),
         comment = view_comment(table),
     )
 }
@@ -176,16 +220,24 @@ COMMENT ON VIEW {view} IS '{comment}'"#,
 /// What a store that keeps history runs.
 #[derive(Debug)]
 pub(crate) struct HistoryStatements {
-    /// A page's versions (`$1`–`$6`: keys, dates, values, instants,
+    /// A page's versions (`$1`–`$7`: keys, dates, values, instants,
     /// tombstone flags, the first listing of each one's day at or after
-    /// it; then one array per typed column) new to history, in key order
-    /// (as the `COPY` of a page writes them, so that every apply takes its
-    /// history locks in one order); a version history holds already, or one of its
-    /// instant and day that supersedes it, is not touched (not even
-    /// locked).
+    /// it, whether the table took it as a tombstone (a listing's
+    /// watermark buried it); then one array per typed column) that
+    /// history must hold, once the table's rows are written, in key
+    /// order: a version of an instant history holds a row of (it may
+    /// supersede it), a buried one, and one the table does not hold
+    /// (stale: its row is newer). A version history holds
+    /// already, or one of its instant and day that supersedes it, is not
+    /// touched (not even locked); nor is one that is the table's row.
     pub(crate) insert: String,
-    /// A page's versions, none of them in history, by binary `COPY`.
-    pub(crate) copy: String,
+    /// The rows the table replaced (`$1`–`$5`, then the typed columns'
+    /// arrays), in key order, each unless history holds a row of its
+    /// instant already (it holds the version that won there).
+    pub(crate) moved: String,
+    /// Whether history holds a row of any of the instants `($1 keys, $2
+    /// instants)`: one probe of its key index each.
+    pub(crate) held: String,
     /// The listing instants of days `$1`, by day and instant.
     pub(crate) listings_of_days: String,
     /// A listing of day `$1` as of `$2`: the day's versions in the key
@@ -193,6 +245,14 @@ pub(crate) struct HistoryStatements {
     /// versions there (`$5` keys, `$6` instants) are absent from `$2` on,
     /// unless an earlier listing lacked them first.
     pub(crate) lacked: String,
+    /// The same listing's share of the table: a live row of the day, not
+    /// newer than `$2`, in the range and not among the listing's versions
+    /// (one the listing held an older version of) goes to history absent
+    /// from `$2`.
+    pub(crate) lacked_live: String,
+    /// The rows of keys `$1` that `Statements::unlist` turns into
+    /// tombstones (live rows of day `$2` not newer than `$3`), as they are.
+    pub(crate) unlisting: String,
     /// A listing of day `$1` as of `$2`, kept.
     pub(crate) listing: String,
     /// Every row of the view, by key and `valid_from`.
@@ -205,41 +265,85 @@ impl HistoryStatements {
     pub(crate) fn new(schema: &str, table: &str, typed: &Columns) -> Self {
         let versions = qualified(schema, &versions_name(table));
         let listings = qualified(schema, &listings_name(table));
+        let records = qualified(schema, table);
         let view = qualified(schema, &view_name(table));
         let names = typed::names(typed);
-        let arrays: String = typed
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!(", ${}::{}", i + 7, typed::array_cast(c.column_type())))
-            .collect();
+        let arrays = |from: usize| -> String {
+            typed
+                .iter()
+                .enumerate()
+                .map(|(i, c)| format!(", ${}::{}", i + from, typed::array_cast(c.column_type())))
+                .collect()
+        };
         let aliases: String = (0..typed.len()).map(|i| format!(", tc{i}")).collect();
         let picked: String = (0..typed.len()).map(|i| format!(", i.tc{i}")).collect();
+        let carried: String = typed
+            .iter()
+            .map(|c| format!(r#", t."{}""#, c.name()))
+            .collect();
         let set: String = typed
             .iter()
             .map(|c| format!(r#", "{0}" = EXCLUDED."{0}""#, c.name()))
             .collect();
+        let incoming = |absent: bool| {
+            let (absent_col, absent_arr, from) = match absent {
+                true => (
+                    ", absent_from, buried",
+                    ", $6::timestamptz[], $7::bool[]",
+                    8,
+                ),
+                false => ("", "", 6),
+            };
+            format!(
+                r#"SELECT u.key COLLATE "C" AS key, u.event_date, u.value COLLATE "C" AS value,
+             u.updated_at, u.deleted{absent_col}{aliases}
+      FROM unnest($1::text[], $2::date[], $3::text[], $4::timestamptz[], $5::bool[]{absent_arr}{arrays})
+          AS u(key, event_date, value, updated_at, deleted{absent_col}{aliases})"#,
+                arrays = arrays(from),
+            )
+        };
         Self {
             insert: format!(
                 r#"
 INSERT INTO {versions} AS h (key, event_date, value, updated_at, deleted, absent_from{names})
 SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted, i.absent_from{picked}
-FROM (SELECT u.key COLLATE "C" AS key, u.event_date, u.value COLLATE "C" AS value,
-             u.updated_at, u.deleted, u.absent_from{aliases}
-      FROM unnest($1::text[], $2::date[], $3::text[], $4::timestamptz[], $5::bool[],
-                  $6::timestamptz[]{arrays})
-          AS u(key, event_date, value, updated_at, deleted, absent_from{aliases})) AS i
-WHERE NOT EXISTS (
+FROM ({incoming}) AS i
+-- The key's row in the table: one primary-key probe.
+LEFT JOIN LATERAL (
+    SELECT r.updated_at FROM {records} r WHERE r.key = i.key OFFSET 0
+) t ON true
+WHERE (i.buried OR t.updated_at IS NULL OR t.updated_at > i.updated_at
+       OR EXISTS (SELECT 1 FROM {versions} x
+                  WHERE x.key = i.key AND x.updated_at = i.updated_at))
+  AND NOT EXISTS (
     SELECT 1 FROM {versions} v
     WHERE v.event_date = i.event_date AND v.key = i.key AND v.updated_at = i.updated_at
       AND (v.deleted, v.value) >= (i.deleted, i.value))
 ORDER BY i.key
 ON CONFLICT (event_date, key, updated_at) DO UPDATE SET
     value = EXCLUDED.value, deleted = EXCLUDED.deleted{set}
-WHERE (EXCLUDED.deleted, EXCLUDED.value) > (h.deleted, h.value)"#
+WHERE (EXCLUDED.deleted, EXCLUDED.value) > (h.deleted, h.value)"#,
+                incoming = incoming(true),
             ),
-            copy: format!(
-                "COPY {versions} (key, event_date, value, updated_at, deleted, absent_from{names}) \
-                 FROM STDIN (FORMAT binary)"
+            moved: format!(
+                r#"
+INSERT INTO {versions} (key, event_date, value, updated_at, deleted{names})
+SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted{picked}
+FROM ({incoming}) AS i
+WHERE NOT EXISTS (SELECT 1 FROM {versions} x
+                  WHERE x.key = i.key AND x.updated_at = i.updated_at)
+ORDER BY i.key
+ON CONFLICT DO NOTHING"#,
+                incoming = incoming(false),
+            ),
+            held: format!(
+                r#"SELECT EXISTS (
+    SELECT 1 FROM unnest($1::text[], $2::timestamptz[]) AS k(key, updated_at)
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM {versions} x
+        WHERE x.key = k.key COLLATE "C" AND x.updated_at = k.updated_at OFFSET 0
+    ) s
+)"#
             ),
             listings_of_days: format!(
                 "SELECT day, as_of FROM {listings} WHERE day = ANY($1::date[]) ORDER BY day, as_of"
@@ -254,6 +358,27 @@ WHERE h.event_date = $1::date AND h.updated_at <= $2::timestamptz
   AND NOT EXISTS (
       SELECT 1 FROM unnest($5::text[], $6::timestamptz[]) AS l(key, updated_at)
       WHERE l.key COLLATE "C" = h.key AND l.updated_at = h.updated_at)"#
+            ),
+            lacked_live: format!(
+                r#"
+INSERT INTO {versions} (key, event_date, value, updated_at, deleted, absent_from{names})
+SELECT t.key, t.event_date, t.value, t.updated_at, false, $2::timestamptz{carried}
+FROM {records} t
+WHERE t.event_date = $1::date AND NOT t.deleted AND t.updated_at <= $2::timestamptz
+  AND ($3::text IS NULL OR t.key > $3::text COLLATE "C")
+  AND ($4::text IS NULL OR t.key <= $4::text COLLATE "C")
+  AND NOT EXISTS (
+      SELECT 1 FROM unnest($5::text[], $6::timestamptz[]) AS l(key, updated_at)
+      WHERE l.key COLLATE "C" = t.key AND l.updated_at = t.updated_at)
+  AND NOT EXISTS (SELECT 1 FROM {versions} x
+                  WHERE x.key = t.key AND x.updated_at = t.updated_at)
+ORDER BY t.key
+ON CONFLICT DO NOTHING"#
+            ),
+            unlisting: format!(
+                "SELECT key, event_date, value, updated_at FROM {records} \
+                 WHERE key = ANY($1::text[]) AND event_date = $2 AND NOT deleted \
+                 AND updated_at <= $3 ORDER BY key"
             ),
             listing: format!(
                 "INSERT INTO {listings} (day, as_of) VALUES ($1::date, $2::timestamptz) \
@@ -288,10 +413,16 @@ struct Present {
     versions: Option<i8>,
     listings: Option<i8>,
     view: Option<i8>,
+    key_index: Option<i8>,
 }
 
 async fn present(tx: &Transaction<'_>, schema: &str, table: &str) -> Result<Present> {
-    let names = [versions_name(table), listings_name(table), view_name(table)];
+    let names = [
+        versions_name(table),
+        listings_name(table),
+        view_name(table),
+        key_index_name(table),
+    ];
     let rows = tx
         .query(
             "SELECT c.relname::text, c.relkind::\"char\" FROM pg_class c \
@@ -307,7 +438,8 @@ async fn present(tx: &Transaction<'_>, schema: &str, table: &str) -> Result<Pres
         match name {
             n if n == names[0] => found.versions = Some(kind),
             n if n == names[1] => found.listings = Some(kind),
-            _ => found.view = Some(kind),
+            n if n == names[2] => found.view = Some(kind),
+            _ => found.key_index = Some(kind),
         }
     }
     Ok(found)
@@ -437,8 +569,9 @@ async fn typed_state(
     })
 }
 
-/// Whether the view `schema`.`table_history` carries the store's comment.
-async fn view_is_ours(tx: &Transaction<'_>, schema: &str, table: &str) -> Result<bool> {
+/// Whether the view `schema`.`table_history` carries the store's comment:
+/// `None` if not, else whether it is this version's.
+async fn view_is_ours(tx: &Transaction<'_>, schema: &str, table: &str) -> Result<Option<bool>> {
     let comment: Option<String> = tx
         .query_one(
             "SELECT obj_description($1::text::regclass, 'pg_class')",
@@ -447,7 +580,28 @@ async fn view_is_ours(tx: &Transaction<'_>, schema: &str, table: &str) -> Result
         .await
         .map_err(open_error)?
         .get(0);
-    Ok(comment.as_deref() == Some(view_comment(table).as_str()))
+    Ok(match comment {
+        Some(c) if c == view_comment(table) => Some(true),
+        Some(c) if c == first_view_comment(table) => Some(false),
+        _ => None,
+    })
+}
+
+/// Drops the store's history view of `schema`.`table`, if there is one
+/// (a view of that name the store did not make is left alone), before a
+/// change to the columns it reads.
+pub(crate) async fn drop_view(tx: &Transaction<'_>, schema: &str, table: &str) -> Result<()> {
+    if present(tx, schema, table).await?.view == Some(b'v' as i8)
+        && view_is_ours(tx, schema, table).await?.is_some()
+    {
+        tx.batch_execute(&format!(
+            "DROP VIEW {}",
+            qualified(schema, &view_name(table))
+        ))
+        .await
+        .map_err(open_error)?;
+    }
+    Ok(())
 }
 
 /// What [`look`] found.
@@ -464,7 +618,10 @@ impl Looked {
             .typed
             .as_ref()
             .is_some_and(|t| t.add.is_empty() && t.drop.is_empty());
-        self.found.listings.is_some() && typed_current && self.view_current
+        self.found.listings.is_some()
+            && self.found.key_index.is_some()
+            && typed_current
+            && self.view_current
     }
 }
 
@@ -519,6 +676,27 @@ async fn look(
         }
         state = Some(t);
     }
+    if let Some(kind) = found.key_index {
+        let index = qualified(schema, &key_index_name(table));
+        let ours = kind == b'i' as i8
+            && found.versions.is_some()
+            && tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_index \
+                     WHERE indexrelid = $1::text::regclass AND indrelid = $2::text::regclass)",
+                    &[&index, &qualified(schema, &versions_name(table))],
+                )
+                .await
+                .map_err(open_error)?
+                .get::<_, bool>(0);
+        if !ours {
+            return Err(open_error(format!(
+                "{index} is not the index of history's versions the store keeps there (another \
+                 relation has its name): rename or drop it, or keep this table's records under \
+                 another name"
+            )));
+        }
+    }
     if let Some(kind) = found.listings {
         let expected = shape(&LISTINGS_OWN, &Columns::default());
         let name = listings_name(table);
@@ -527,15 +705,19 @@ async fn look(
     let mut view_current = false;
     if let Some(kind) = found.view {
         let view = view_name(table);
-        if kind != b'v' as i8 || !view_is_ours(tx, schema, table).await? {
+        let ours = match kind == b'v' as i8 {
+            true => view_is_ours(tx, schema, table).await?,
+            false => None,
+        };
+        let Some(current) = ours else {
             return Err(open_error(format!(
                 "{} is not the history view the store keeps there (another relation has its \
                  name, or a view the store did not make): rename or drop it, or keep this \
                  table's records under another name",
                 qualified(schema, &view)
             )));
-        }
-        view_current = columns_of(tx, schema, &view).await? == shape(&VIEW_OWN, typed);
+        };
+        view_current = current && columns_of(tx, schema, &view).await? == shape(&VIEW_OWN, typed);
     }
     Ok(Looked {
         found,
@@ -625,7 +807,7 @@ pub(crate) async fn prepare(
             tx.batch_execute(&create_versions(schema, table, typed))
                 .await
                 .map_err(ddl_error(versions_name(table)))?;
-            started_with = Some(seed(tx, schema, table, typed).await?);
+            started_with = Some(seed(tx, schema, table).await?);
         }
         Some(state) => {
             for name in &state.drop {
@@ -637,6 +819,11 @@ pub(crate) async fn prepare(
                 fill_columns(tx, &versions, &state.add).await?;
             }
         }
+    }
+    if looked.found.key_index.is_none() {
+        tx.batch_execute(&create_key_index(schema, table))
+            .await
+            .map_err(ddl_error(key_index_name(table)))?;
     }
     if looked.found.view.is_none() || !looked.view_current {
         tx.batch_execute(&create_view(schema, table, typed))
@@ -655,23 +842,18 @@ pub(crate) async fn prepare(
     })
 }
 
-/// History started from the table's rows (one version each, tombstones
-/// and typed columns included) and the days' latest listings; returns
+/// History started from the table's rows, which are each key's newest
+/// version (tombstones included), and the days' latest listings; returns
 /// how many rows.
-async fn seed(tx: &Transaction<'_>, schema: &str, table: &str, typed: &Columns) -> Result<u64> {
-    let names = typed::names(typed);
-    let seeded = tx
-        .execute(
-            &format!(
-                "INSERT INTO {} (key, event_date, value, updated_at, deleted{names}) \
-                 SELECT key, event_date, value, updated_at, deleted{names} FROM {}",
-                qualified(schema, &versions_name(table)),
-                qualified(schema, table)
-            ),
+async fn seed(tx: &Transaction<'_>, schema: &str, table: &str) -> Result<u64> {
+    let rows: i64 = tx
+        .query_one(
+            &format!("SELECT count(*) FROM {}", qualified(schema, table)),
             &[],
         )
         .await
-        .map_err(open_error)?;
+        .map_err(open_error)?
+        .get(0);
     tx.execute(
         &format!(
             "INSERT INTO {} (day, as_of) SELECT day, listing_watermark FROM {} \
@@ -684,7 +866,7 @@ async fn seed(tx: &Transaction<'_>, schema: &str, table: &str, typed: &Columns) 
     )
     .await
     .map_err(open_error)?;
-    Ok(seeded)
+    Ok(rows as u64)
 }
 
 /// Adds the typed `columns` to history's versions table `versions` and

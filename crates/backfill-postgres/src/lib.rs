@@ -294,22 +294,25 @@
 //! # History
 //!
 //! With [`PostgresStoreBuilder::history`] the store keeps every version of
-//! every key beside the table ([`backfill_core::history`] says what
-//! history is): the table `"<table>:versions"`, one row per `(key,
-//! updated_at)` with `absent_from`, the first listing of its day that
-//! lacked it; the table `"<table>:listings"`, every listing instant of
-//! every day; and the view **`<table>_history`** people query, each
-//! version with `valid_from` and `valid_to`, a listing's delete as a
-//! tombstone row at its instant, and the typed columns. All three are
-//! checked on open (the view by its comment, which marks it the store's).
+//! every key ([`backfill_core::history`] says what history is). The table
+//! itself holds each key's newest version; beside it, the table
+//! `"<table>:versions"` holds every other one (those the table replaced,
+//! stale re-deliveries it never took, live versions a listing turned into
+//! tombstones, tombstones a purge removed), each with `absent_from`, the
+//! first listing of its day that lacked it; the table `"<table>:listings"`
+//! holds every listing instant of every day; and the view
+//! **`<table>_history`** people query reads them together: each version
+//! with `valid_from` and `valid_to`, a listing's delete as a tombstone row
+//! at its instant, and the typed columns. All of them are checked on open
+//! (the view by its comment, which marks it the store's).
 //!
-//! History is written in the day's own transaction, after every row of the
-//! records table: the day's pages are read again (a batch is kept) and each
-//! page's versions new to history inserted in key order, those history
-//! holds already filtered out before they are touched. So an apply takes
-//! its records-table locks in key order, then its history locks in key
-//! order, and no two writers can wait for each other crosswise; a re-run
-//! writes no tuple of either.
+//! So a backfill of new keys writes history nothing but its listings, and
+//! a changed row costs one more: the merge returns the row it replaced
+//! (the one it saw, which its `xmin` check proves is the one it
+//! overwrote), and history keeps it, after the page, in key order. Versions
+//! the table did not take go to history in the day's own transaction after
+//! every row of the records table, those history holds already filtered
+//! out before they are touched; a re-run writes no tuple of either table.
 //!
 //! ```sql
 //! SELECT key, value FROM orders_history

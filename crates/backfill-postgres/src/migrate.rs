@@ -192,6 +192,9 @@ async fn drop_columns(
     names: &[String],
 ) -> Result<()> {
     let t = sql::qualified(schema, name);
+    // History's view reads the table's typed columns: it goes first, and
+    // history's preparing makes it again.
+    crate::history::drop_view(tx, schema, name).await?;
     let drops: Vec<String> = names
         .iter()
         .map(|c| format!("DROP COLUMN \"{}\"", c.replace('"', "\"\"")))

@@ -502,6 +502,30 @@ impl Statements {
                     )
                 }
             };
+            // With history, the rows the upsert replaced, as the statement
+            // found them: the upsert wrote only rows still as seen (their
+            // `xmin`), so each is exactly the version it replaced.
+            let (stored_kept, moved_cte, moved_columns) = match history {
+                false => (String::new(), String::new(), String::new()),
+                true => (
+                    "\n           i.s_key, i.s_date, i.s_value, i.s_at, i.s_deleted,".to_owned(),
+                    r#" moved AS (
+    SELECT c.s_key, c.s_date, c.s_value, c.s_at, c.s_deleted
+    FROM written w JOIN classified c ON c.key = w.key
+    WHERE c.s_key IS NOT NULL
+),"#
+                    .to_owned(),
+                    r#",
+    (SELECT array_agg(s_key ORDER BY s_key) FROM moved) AS moved_keys,
+    (SELECT array_agg(s_date ORDER BY s_key) FROM moved) AS moved_dates,
+    (SELECT array_agg(s_value ORDER BY s_key) FROM moved) AS moved_values,
+    (SELECT array_agg(s_at ORDER BY s_key) FROM moved) AS moved_instants,
+    (SELECT array_agg(s_deleted ORDER BY s_key) FROM moved) AS moved_deleted,
+    (SELECT array_agg(c.key ORDER BY c.key) FROM written w JOIN classified c ON c.key = w.key
+     WHERE c.buried) AS buried_keys"#
+                        .to_owned(),
+                ),
+            };
             format!(
                 r#"
 WITH incoming AS (
@@ -532,7 +556,7 @@ WITH incoming AS (
     ) p ON true
 ), classified AS (
     SELECT i.key, i.event_date, i.value, i.updated_at, i.deleted{typed_picked}, i.unlisted,
-           i.s_xmin::text AS seen,
+           i.s_xmin::text AS seen,{stored_kept}
            coalesce(NOT i.s_deleted, false) AS was_live,
            CASE
                WHEN i.s_key IS NULL THEN 'w'
@@ -561,7 +585,7 @@ WITH incoming AS (
     WHERE (s.key, s.xmin::text) IN (
         SELECT key, seen FROM classified WHERE action = 'w' AND seen IS NOT NULL)
     RETURNING s.key, s.deleted, (s.xmax = 0) AS fresh
-), outcome AS (
+),{moved_cte} outcome AS (
     -- Live before: as classified, unless the row was gone when inserted.
     SELECT count(*) FILTER (WHERE NOT w.deleted AND NOT (c.was_live AND NOT w.fresh)) AS inserted,
            count(*) FILTER (WHERE NOT w.deleted AND c.was_live AND NOT w.fresh) AS updated,
@@ -586,7 +610,7 @@ SELECT
               SELECT key FROM classified WHERE action = 'w'
               EXCEPT ALL
               SELECT key FROM written) AS skipped)
-    END AS raced
+    END AS raced{moved_columns}
 FROM outcome o, decided d
 "#
             )
@@ -695,8 +719,8 @@ WITH doomed AS (
 ), purged AS (
     DELETE FROM {t} AS s USING doomed d
     WHERE s.key = d.key AND s.deleted AND s.updated_at < $1
-    RETURNING s.event_date
-), digests AS (
+    RETURNING s.key, s.event_date, s.value, s.updated_at
+),{kept} digests AS (
     UPDATE {days} SET digest = '{purged}'
     WHERE records_table = {name} AND digest IS NOT NULL
       AND (day IN (SELECT event_date FROM purged)
@@ -705,7 +729,22 @@ WITH doomed AS (
         OR (digest >= '8' COLLATE "C" AND EXISTS (SELECT 1 FROM purged)))
 )
 SELECT count(*) FROM purged"#,
-                purged = backfill_core::Digest::PURGED
+                purged = backfill_core::Digest::PURGED,
+                // History keeps what a purge removes: a tombstone history
+                // holds no row of the instant of goes there.
+                kept = match history {
+                    false => String::new(),
+                    true => format!(
+                        r#" kept AS (
+    INSERT INTO {v} (key, event_date, value, updated_at, deleted)
+    SELECT p.key, p.event_date, p.value, p.updated_at, true FROM purged p
+    WHERE NOT EXISTS (SELECT 1 FROM {v} x WHERE x.key = p.key AND x.updated_at = p.updated_at)
+    ORDER BY p.key
+    ON CONFLICT DO NOTHING
+),"#,
+                        v = qualified(schema, &crate::history::versions_name(table)),
+                    ),
+                },
             ),
             history: history.then(|| crate::history::HistoryStatements::new(schema, table, typed)),
         }

@@ -117,6 +117,10 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
             Some(u) => Some(Listing {
                 list: tx.prepare_cached(&sql.list).await.map_err(pg_error)?,
                 unlist: tx.prepare_cached(&sql.unlist).await.map_err(pg_error)?,
+                replaced: match &sql.history {
+                    Some(h) => Some(tx.prepare_cached(&h.unlisting).await.map_err(pg_error)?),
+                    None => None,
+                },
                 day: day.day(),
                 as_of: u.as_of,
             }),
@@ -127,6 +131,7 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
         bytes,
         subtransactions: 0,
         columns: Arc::clone(store.columns),
+        displaced: Displaced::default(),
     };
 
     // 2. and 3. The pages, in key order, each with its share of a
@@ -161,7 +166,8 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
         let copied = writes
             .page(&tx, &records, &lacked, whole_day, &mut counts)
             .await?;
-        if sql.history.is_some() {
+        if let Some(history) = &sql.history {
+            keep_moved(&tx, history, &mut writes).await?;
             let unchanged = counts.unchanged - before.unchanged == records.len() as u64;
             kinds.push(match (copied, unchanged) {
                 (true, _) => PageKind::Copied,
@@ -188,6 +194,9 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
         // The rest of the key space, after the last listed key.
         let lacked = unlisted.rest(&tx).await?;
         writes.page(&tx, &[], &lacked, None, &mut counts).await?;
+        if let Some(history) = &sql.history {
+            keep_moved(&tx, history, &mut writes).await?;
+        }
         let live_now: i64 = tx
             .query_one(&sql.live, &[&day.day()])
             .await
@@ -206,22 +215,9 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
             rows,
             bytes,
         };
-        let copy = writes.subtransactions < MAX_SUBTRANSACTIONS;
-        day = match keep_history(&tx, history, day, &pages, store.columns, copy).await? {
-            Kept::Done(day) => day,
-            // A version the COPY met in history after all (one whose key's
-            // row a purge removed from the table): history's writes are
-            // undone and made again, each version judged.
-            Kept::CopyRefused(day) => {
-                tx.batch_execute(ROLLBACK_TO_HISTORY)
-                    .await
-                    .map_err(pg_error)?;
-                match keep_history(&tx, history, day, &pages, store.columns, false).await? {
-                    Kept::Done(day) => day,
-                    Kept::CopyRefused(_) => unreachable!("nothing is copied then"),
-                }
-            }
-        };
+        let mut buried = std::mem::take(&mut writes.displaced.buried);
+        buried.sort_unstable();
+        day = keep_history(&tx, history, day, &pages, (store.columns, &buried)).await?;
     }
 
     // 5.
@@ -233,11 +229,13 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
 /// What a page's write found, for history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PageKind {
-    /// Every record copied in: none of its keys was stored, so (unless a
-    /// purge removed a key's row) none of its versions is in history.
+    /// Every record copied in: none of its keys was stored, so history
+    /// holds none of its instants unless a purge moved a key's row there.
     Copied,
-    /// Every record identical to its stored row: its versions are in
-    /// history already.
+    /// Every record identical to its stored row: history needs nothing of
+    /// it, but for a tombstone whose row a listing made (history holds the
+    /// live version of that instant, which a delivered tombstone
+    /// supersedes).
     Unchanged,
     /// Anything else: each version judged against history.
     Other,
@@ -253,62 +251,73 @@ struct HistoryPages {
     bytes: usize,
 }
 
-/// How [`keep_history`] ended.
-enum Kept {
-    Done(DayWrite),
-    /// A COPY met a version history holds: its savepoint must be rolled
-    /// back to and history written again without copying.
-    CopyRefused(DayWrite),
+/// The rows a page's writes replaced, into history (unless it holds their
+/// instants), right after the page: the page's rows are locked by this
+/// transaction, so no other writer moves the same row.
+async fn keep_moved(
+    tx: &Transaction<'_>,
+    sql: &crate::history::HistoryStatements,
+    writes: &mut Writes,
+) -> Result<()> {
+    if writes.displaced.moved.is_empty() {
+        return Ok(());
+    }
+    let mut moved = std::mem::take(&mut writes.displaced.moved);
+    moved.sort_unstable_by(|a, b| a.key().cmp(b.key()));
+    let statement = tx.prepare_cached(&sql.moved).await.map_err(pg_error)?;
+    let flat = typed_rows_lenient(&writes.columns, &moved);
+    let keys: Vec<&str> = moved.iter().map(Record::key).collect();
+    let dates: Vec<NaiveDate> = moved.iter().map(Record::event_date).collect();
+    let values: Vec<&str> = moved.iter().map(Record::value).collect();
+    let instants: Vec<DateTime<Utc>> = moved.iter().map(Record::updated_at).collect();
+    let deleted: Vec<bool> = moved.iter().map(Record::is_deleted).collect();
+    let arrays = typed::arrays(writes.columns.len(), &flat);
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&keys, &dates, &values, &instants, &deleted];
+    params.extend(arrays.iter().map(|a| a as &(dyn ToSql + Sync)));
+    tx.execute(&statement, &params).await.map_err(pg_error)?;
+    Ok(())
 }
 
-/// Before history's first COPY of an apply.
-const HISTORY_SAVEPOINT: &str = "SAVEPOINT backfill_history";
-/// Undoes history's writes of the apply after a refused COPY.
-const ROLLBACK_TO_HISTORY: &str = "ROLLBACK TO SAVEPOINT backfill_history";
-
-/// History's share of an apply, after every record of the day is merged:
-/// the day's pages read again, each page's versions new to history
-/// written in key order — copied in where the page's
-/// records were (`copy`, under one savepoint), inserted version by
-/// version otherwise, nothing for a page whose records were all unchanged
-/// — and, for a listing, the day's versions of the page's key range that
-/// the listing lacks marked absent from its instant; then the listing's
-/// instant kept. Each version's first lacking listing is found from its
-/// day's listings, read once (the day locks keep them as they are).
+/// History's share of an apply, after every record of the day is merged
+/// (and the rows it replaced kept): the day's pages read again, and the
+/// versions of each that history must hold written in key order
+/// (`HistoryStatements::insert`): nothing for a page copied in unless
+/// history holds one of its instants, only the tombstones of a page
+/// whose records were all unchanged; and, for a listing, the day's
+/// versions of the page's key range that the listing lacks marked absent
+/// from its instant; then the listing's instant kept. Each version's first
+/// lacking listing is found from its day's listings, read once (the day
+/// locks keep them as they are).
 ///
 /// After the merge, so that an apply takes every lock on the records
-/// table (in key order, page after page) before any on history (in key
-/// order again): two writers can wait for each other only in one order,
-/// and none waits on history while holding a row another needs first. A
-/// version history holds already is not even locked, so a re-run waits
-/// on no one here. A listing's marks touch only its own day's versions,
-/// which no other writer changes while the listing holds the day's lock.
+/// table (in key order, page after page) before any of these on history
+/// (in key order again). A version history holds already is not even
+/// locked, so a re-run waits on no one here. A listing's marks touch only
+/// its own day's versions, which no other writer changes while the
+/// listing holds the day's lock.
 async fn keep_history(
     tx: &Transaction<'_>,
     sql: &crate::history::HistoryStatements,
     mut day: DayWrite,
     pages: &HistoryPages,
-    columns: &Columns,
-    copy: bool,
-) -> Result<Kept> {
+    (columns, buried): (&Columns, &[String]),
+) -> Result<DayWrite> {
     let (rows, bytes) = (pages.rows, pages.bytes);
     let insert = tx.prepare_cached(&sql.insert).await.map_err(pg_error)?;
     let listings = read_listings(tx, sql, day.days()).await?;
     let lacked = match day.as_of() {
         Some(as_of) => Some((
             tx.prepare_cached(&sql.lacked).await.map_err(pg_error)?,
+            tx.prepare_cached(&sql.lacked_live)
+                .await
+                .map_err(pg_error)?,
             day.day(),
             as_of,
         )),
         None => None,
     };
-    let copy = match copy && pages.kinds.contains(&PageKind::Copied) {
-        true => {
-            tx.batch_execute(HISTORY_SAVEPOINT)
-                .await
-                .map_err(pg_error)?;
-            Some(tx.prepare_cached(&sql.copy).await.map_err(pg_error)?)
-        }
+    let held = match pages.kinds.contains(&PageKind::Copied) {
+        true => Some(tx.prepare_cached(&sql.held).await.map_err(pg_error)?),
         false => None,
     };
     let mut page = match &pages.only {
@@ -323,45 +332,32 @@ async fn keep_history(
     let mut to_the_end = false;
     let mut kinds = pages.kinds.iter();
     while let Some(records) = page {
-        let absent_from: Vec<Option<DateTime<Utc>>> = records
-            .iter()
-            .map(|r| {
-                let instants = listings.get(&r.event_date())?;
-                let at = instants.partition_point(|l| *l < r.updated_at());
-                instants.get(at).copied()
-            })
-            .collect();
-        let flat = typed_rows(columns, &records)?;
         let keys: Vec<&str> = records.iter().map(Record::key).collect();
         let instants: Vec<DateTime<Utc>> = records.iter().map(Record::updated_at).collect();
-        match (kinds.next(), &copy) {
-            (Some(PageKind::Unchanged), _) => {}
-            (Some(PageKind::Copied), Some(copy)) => {
-                match copy_slice(tx, copy, (&records, Some(&absent_from)), columns, &flat).await {
-                    Ok(_) => {}
-                    Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
-                        return Ok(Kept::CopyRefused(day));
-                    }
-                    Err(e) => return Err(pg_error(e)),
+        let judged: Vec<&Record> = match (kinds.next(), &held) {
+            (Some(PageKind::Unchanged), _) => records.iter().filter(|r| r.is_deleted()).collect(),
+            (Some(PageKind::Copied), Some(held)) => {
+                let any: bool = tx
+                    .query_one(held, &[&keys, &instants])
+                    .await
+                    .map_err(pg_error)?
+                    .get(0);
+                match any {
+                    true => records.iter().collect(),
+                    false => Vec::new(),
                 }
             }
-            _ => {
-                let dates: Vec<NaiveDate> = records.iter().map(Record::event_date).collect();
-                let values: Vec<&str> = records.iter().map(Record::value).collect();
-                let deleted: Vec<bool> = records.iter().map(Record::is_deleted).collect();
-                let arrays = typed::arrays(columns.len(), &flat);
-                let mut params: Vec<&(dyn ToSql + Sync)> =
-                    vec![&keys, &dates, &values, &instants, &deleted, &absent_from];
-                params.extend(arrays.iter().map(|a| a as &(dyn ToSql + Sync)));
-                tx.execute(&insert, &params).await.map_err(pg_error)?;
-            }
+            _ => records.iter().collect(),
+        };
+        if !judged.is_empty() {
+            insert_versions(tx, &insert, &judged, (&listings, buried), columns).await?;
         }
         let last = day.is_done() || pages.only.is_some();
-        if let Some((lacked, listed, as_of)) = &lacked {
+        if let Some((lacked, lacked_live, listed, as_of)) = &lacked {
             let upto = (!last).then(|| keys.last().copied()).flatten();
-            tx.execute(lacked, &[listed, as_of, &after, &upto, &keys, &instants])
-                .await
-                .map_err(pg_error)?;
+            let params: [&(dyn ToSql + Sync); 6] = [listed, as_of, &after, &upto, &keys, &instants];
+            tx.execute(lacked, &params).await.map_err(pg_error)?;
+            tx.execute(lacked_live, &params).await.map_err(pg_error)?;
             after = keys.last().map(|k| (*k).to_owned());
             to_the_end |= last;
         }
@@ -374,32 +370,76 @@ async fn keep_history(
             }
         };
     }
-    if let Some((lacked, listed, as_of)) = &lacked {
+    if let Some((lacked, lacked_live, listed, as_of)) = &lacked {
         if !to_the_end {
             // A listing of no records, or the key space after its last.
             let none: &[&str] = &[];
             let no_instants: &[DateTime<Utc>] = &[];
-            tx.execute(
-                lacked,
-                &[listed, as_of, &after, &None::<&str>, &none, &no_instants],
-            )
-            .await
-            .map_err(pg_error)?;
+            let params: [&(dyn ToSql + Sync); 6] =
+                [listed, as_of, &after, &None::<&str>, &none, &no_instants];
+            tx.execute(lacked, &params).await.map_err(pg_error)?;
+            tx.execute(lacked_live, &params).await.map_err(pg_error)?;
         }
         let listing = tx.prepare_cached(&sql.listing).await.map_err(pg_error)?;
         tx.execute(&listing, &[listed, as_of])
             .await
             .map_err(pg_error)?;
     }
-    Ok(Kept::Done(day))
+    Ok(day)
 }
+
+/// `HistoryStatements::insert` of `records` (in key order), each with its
+/// first lacking listing from `listings`, and whether its key is among
+/// the `buried` (sorted).
+async fn insert_versions(
+    tx: &Transaction<'_>,
+    insert: &Statement,
+    records: &[&Record],
+    (listings, buried): (&Listings, &[String]),
+    columns: &Columns,
+) -> Result<()> {
+    let was_buried: Vec<bool> = records
+        .iter()
+        .map(|r| buried.binary_search_by(|k| k.as_str().cmp(r.key())).is_ok())
+        .collect();
+    let absent_from: Vec<Option<DateTime<Utc>>> = records
+        .iter()
+        .map(|r| {
+            let instants = listings.get(&r.event_date())?;
+            let at = instants.partition_point(|l| *l < r.updated_at());
+            instants.get(at).copied()
+        })
+        .collect();
+    let flat = typed_rows(columns, records.iter().copied())?;
+    let keys: Vec<&str> = records.iter().map(|r| r.key()).collect();
+    let dates: Vec<NaiveDate> = records.iter().map(|r| r.event_date()).collect();
+    let values: Vec<&str> = records.iter().map(|r| r.value()).collect();
+    let instants: Vec<DateTime<Utc>> = records.iter().map(|r| r.updated_at()).collect();
+    let deleted: Vec<bool> = records.iter().map(|r| r.is_deleted()).collect();
+    let arrays = typed::arrays(columns.len(), &flat);
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        &keys,
+        &dates,
+        &values,
+        &instants,
+        &deleted,
+        &absent_from,
+        &was_buried,
+    ];
+    params.extend(arrays.iter().map(|a| a as &(dyn ToSql + Sync)));
+    tx.execute(insert, &params).await.map_err(pg_error)?;
+    Ok(())
+}
+
+/// Each day's listing instants, in order.
+type Listings = std::collections::HashMap<NaiveDate, Vec<DateTime<Utc>>>;
 
 /// The listing instants of each of `days`, in order.
 async fn read_listings(
     tx: &Transaction<'_>,
     sql: &crate::history::HistoryStatements,
     days: &[NaiveDate],
-) -> Result<std::collections::HashMap<NaiveDate, Vec<DateTime<Utc>>>> {
+) -> Result<Listings> {
     let mut listings: std::collections::HashMap<NaiveDate, Vec<DateTime<Utc>>> =
         std::collections::HashMap::new();
     if days.is_empty() {
@@ -605,6 +645,9 @@ impl Unlisted {
 struct Listing {
     list: Statement,
     unlist: Statement,
+    /// With history: the rows `unlist` is about to turn into tombstones,
+    /// as they are (`HistoryStatements::unlisting`).
+    replaced: Option<Statement>,
     day: NaiveDate,
     as_of: DateTime<Utc>,
 }
@@ -721,6 +764,33 @@ struct Writes {
     subtransactions: usize,
     /// The store's typed columns, each record's read from its value.
     columns: Arc<Columns>,
+    /// With history: what the page's writes displaced so far; else
+    /// always empty.
+    displaced: Displaced,
+}
+
+/// What an apply's writes displaced from the table, for history.
+#[derive(Debug, Default)]
+struct Displaced {
+    /// The rows the writes replaced, as they were, since history last
+    /// took them ([`keep_moved`]).
+    moved: Vec<Record>,
+    /// The keys of the apply's records the table took as tombstones (a
+    /// listing's watermark buried them): history keeps the live version.
+    buried: Vec<String>,
+}
+
+impl Displaced {
+    /// How much of each there is, to go back to.
+    fn lengths(&self) -> (usize, usize) {
+        (self.moved.len(), self.buried.len())
+    }
+
+    /// Back to `lengths`.
+    fn truncate(&mut self, (moved, buried): (usize, usize)) {
+        self.moved.truncate(moved);
+        self.buried.truncate(buried);
+    }
 }
 
 impl Writes {
@@ -788,7 +858,7 @@ impl Writes {
         let day_scan = whole_day.filter(|_| slices.len() <= DAY_SCAN_SLICES);
         // Since the page's savepoint: the slice it was taken before, and
         // the counts then.
-        let mut saved: Option<(usize, Counts)> = None;
+        let mut saved: Option<(usize, Counts, (usize, usize))> = None;
         for (
             i,
             &Slice {
@@ -806,7 +876,7 @@ impl Writes {
                     tombstones,
                     day_scan,
                     &self.columns,
-                    counts,
+                    (counts, &mut self.displaced),
                 )
                 .await?;
                 all_copied = false;
@@ -823,26 +893,27 @@ impl Writes {
                 None => None,
             };
             let Some(copy) = copy else {
-                merge_records(tx, &self.merge, slice, day_scan, &self.columns, counts).await?;
+                let out = (&mut *counts, &mut self.displaced);
+                merge_records(tx, &self.merge, slice, day_scan, &self.columns, out).await?;
                 all_copied = false;
                 continue;
             };
             if saved.is_none() && self.subtransactions < MAX_SUBTRANSACTIONS {
                 tx.batch_execute(SAVEPOINT).await.map_err(pg_error)?;
                 self.subtransactions += 1;
-                saved = Some((i, *counts));
+                saved = Some((i, *counts, self.displaced.lengths()));
             }
             // Read before the COPY starts: a value that does not fit
             // refuses the record, and the whole day rolls back.
             let typed = typed_rows(&self.columns, slice.iter())?;
-            match copy_slice(tx, copy, (slice, None), &self.columns, &typed).await {
+            match copy_slice(tx, copy, slice, &self.columns, &typed).await {
                 Ok(copied) => count_copied(slice, copied, counts)?,
                 Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
                     // Past the savepoints an apply may take, a lost race
                     // aborts the whole transaction: the day is rolled back
                     // and, being retryable, tried again, when the check
                     // sees the other writer's keys and merges them.
-                    let Some((from, before)) = saved.take() else {
+                    let Some((from, before, moved)) = saved.take() else {
                         return Err(Error::backend(
                             BACKEND,
                             true,
@@ -863,13 +934,14 @@ impl Writes {
                     // another date): the apply's later pages check first.
                     self.copy_first = false;
                     *counts = before;
+                    self.displaced.truncate(moved);
                     all_copied = false;
                     for slice in &slices[from..] {
                         let slice = slice.records;
-                        merge_records(tx, &self.merge, slice, day_scan, &self.columns, counts)
-                            .await?;
+                        let out = (&mut *counts, &mut self.displaced);
+                        merge_records(tx, &self.merge, slice, day_scan, &self.columns, out).await?;
                     }
-                    saved = Some((from, *counts));
+                    saved = Some((from, *counts, self.displaced.lengths()));
                     break;
                 }
                 Err(e) => return Err(pg_error(e)),
@@ -964,16 +1036,12 @@ fn days_to_lock(
     (days, exclusive)
 }
 
-/// A version's first lacking listing, as history keeps it.
-type Absent = Option<DateTime<Utc>>;
-
-/// Copies `records` into the table in their order with binary `COPY`
-/// (into history with `absent_from`, each version's first lacking
-/// listing, after its own columns); returns the number of rows copied.
+/// Copies `records` into the table in their order with binary `COPY`;
+/// returns the number of rows copied.
 async fn copy_slice(
     tx: &Transaction<'_>,
     copy: &Statement,
-    (records, absent_from): (&[Record], Option<&[Absent]>),
+    records: &[Record],
     columns: &Columns,
     typed: &[ColumnValue],
 ) -> std::result::Result<u64, tokio_postgres::Error> {
@@ -985,9 +1053,6 @@ async fn copy_slice(
         Type::TIMESTAMPTZ,
         Type::BOOL,
     ];
-    if absent_from.is_some() {
-        types.push(Type::TIMESTAMPTZ);
-    }
     types.extend(columns.iter().map(|c| typed::pg_type(c.column_type())));
     let writer = BinaryCopyInWriter::new(sink, &types);
     let mut writer = pin!(writer);
@@ -998,9 +1063,6 @@ async fn copy_slice(
         let (date, at, deleted) = (r.event_date(), r.updated_at(), r.is_deleted());
         let mut row: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(types.len());
         row.extend([&key as &(dyn ToSql + Sync), &date, &value, &at, &deleted]);
-        if let Some(absent_from) = absent_from {
-            row.push(&absent_from[i]);
-        }
         row.extend(
             params[i * n..(i + 1) * n]
                 .iter()
@@ -1028,6 +1090,22 @@ where
     Ok(typed)
 }
 
+/// Each record's typed columns as [`typed_rows`] reads them, but `NULL`
+/// for a record whose value does not fit them: a row the table held,
+/// which may have been stored before its columns were declared.
+fn typed_rows_lenient(columns: &Columns, records: &[Record]) -> Vec<ColumnValue> {
+    let mut typed = Vec::with_capacity(records.len() * columns.len());
+    if !columns.is_empty() {
+        for r in records {
+            match columns.extract(r) {
+                Ok(values) => typed.extend(values),
+                Err(_) => typed.extend(std::iter::repeat_n(ColumnValue::Null, columns.len())),
+            }
+        }
+    }
+    typed
+}
+
 /// Merges `slice` (sorted by key) with the conflict-handling merge and adds
 /// its counts; merges the rows another writer raced past again, until none
 /// is left.
@@ -1037,10 +1115,10 @@ async fn merge_records(
     slice: &[Record],
     day_scan: Option<NaiveDate>,
     columns: &Columns,
-    counts: &mut Counts,
+    out: (&mut Counts, &mut Displaced),
 ) -> Result<()> {
     let pending: Vec<&Record> = slice.iter().collect();
-    merge_until_settled(tx, merge, slice, pending, day_scan, columns, counts).await
+    merge_until_settled(tx, merge, slice, pending, day_scan, columns, out).await
 }
 
 /// A listing's slice: its records and its `lacked` keys written together
@@ -1056,7 +1134,7 @@ async fn list_records(
     (slice, lacked): (&[Record], &[String]),
     day_scan: Option<NaiveDate>,
     columns: &Columns,
-    counts: &mut Counts,
+    (counts, displaced): (&mut Counts, &mut Displaced),
 ) -> Result<()> {
     let records: Vec<&Record> = slice.iter().collect();
     let keys: Vec<&str> = lacked.iter().map(String::as_str).collect();
@@ -1066,7 +1144,8 @@ async fn list_records(
         as_of: listing.as_of,
     };
     let statement = (&listing.list, Some(tombstones));
-    let raced = merge_slice(tx, statement, &records, day_scan, columns, counts).await?;
+    let out = (&mut *counts, &mut *displaced);
+    let raced = merge_slice(tx, statement, &records, day_scan, columns, out).await?;
     let (mut pending, mut unlisted) = (Vec::new(), Vec::new());
     for key in raced {
         match slice.binary_search_by(|r| r.key().cmp(key.as_str())) {
@@ -1075,6 +1154,22 @@ async fn list_records(
         }
     }
     if !unlisted.is_empty() {
+        if let Some(replaced) = &listing.replaced {
+            // Locked by the statement above: as they are until the
+            // transaction ends.
+            for row in tx
+                .query(replaced, &[&unlisted, &listing.day, &listing.as_of])
+                .await
+                .map_err(pg_error)?
+            {
+                displaced.moved.push(Record::new(
+                    row.get::<_, String>(0),
+                    row.get::<_, NaiveDate>(1),
+                    row.get::<_, String>(2),
+                    row.get::<_, DateTime<Utc>>(3),
+                )?);
+            }
+        }
         let n = tx
             .execute(&listing.unlist, &[&unlisted, &listing.day, &listing.as_of])
             .await
@@ -1082,7 +1177,16 @@ async fn list_records(
         counts.deleted += n;
         counts.unlisted += n;
     }
-    merge_until_settled(tx, merge, slice, pending, day_scan, columns, counts).await
+    merge_until_settled(
+        tx,
+        merge,
+        slice,
+        pending,
+        day_scan,
+        columns,
+        (counts, displaced),
+    )
+    .await
 }
 
 /// Merges `pending` (records of `slice`, sorted by key) until no row is
@@ -1094,7 +1198,7 @@ async fn merge_until_settled<'r>(
     mut pending: Vec<&'r Record>,
     day_scan: Option<NaiveDate>,
     columns: &Columns,
-    counts: &mut Counts,
+    (counts, displaced): (&mut Counts, &mut Displaced),
 ) -> Result<()> {
     let mut passes = 0;
     while !pending.is_empty() {
@@ -1109,7 +1213,8 @@ async fn merge_until_settled<'r>(
                 ),
             ));
         }
-        let raced = merge_slice(tx, (merge, None), &pending, day_scan, columns, counts).await?;
+        let out = (&mut *counts, &mut *displaced);
+        let raced = merge_slice(tx, (merge, None), &pending, day_scan, columns, out).await?;
         // Rows another writer committed after this statement's snapshot:
         // the upsert locked them and left them alone, so merging them again
         // sees them as they now are, for good.
@@ -1136,15 +1241,16 @@ struct Tombstones<'a> {
 }
 
 /// Runs the merge statement (or a listing's, with its tombstones) on
-/// `records` (sorted by key), adds its counts and returns the keys a
-/// concurrent writer raced past, sorted.
+/// `records` (sorted by key), adds its counts (and, with history, the rows
+/// it replaced to `moved`) and returns the keys a concurrent writer raced
+/// past, sorted.
 async fn merge_slice(
     tx: &Transaction<'_>,
     (merge, tombstones): (&Statement, Option<Tombstones<'_>>),
     records: &[&Record],
     day_scan: Option<NaiveDate>,
     columns: &Columns,
-    counts: &mut Counts,
+    (counts, displaced): (&mut Counts, &mut Displaced),
 ) -> Result<Vec<String>> {
     let keys: Vec<&str> = records.iter().map(|r| r.key()).collect();
     let dates: Vec<NaiveDate> = records.iter().map(|r| r.event_date()).collect();
@@ -1169,6 +1275,21 @@ async fn merge_slice(
     counts.unlisted += unlisted;
     counts.unchanged += count("unchanged");
     counts.stale += count("stale");
+    if let Ok(Some(keys)) = row.try_get::<_, Option<Vec<String>>>("moved_keys") {
+        let dates: Vec<NaiveDate> = row.get("moved_dates");
+        let values: Vec<String> = row.get("moved_values");
+        let instants: Vec<DateTime<Utc>> = row.get("moved_instants");
+        let deleted: Vec<bool> = row.get("moved_deleted");
+        for (i, key) in keys.into_iter().enumerate() {
+            displaced.moved.push(match deleted[i] {
+                true => Record::tombstone(key, dates[i], instants[i])?,
+                false => Record::new(key, dates[i], values[i].clone(), instants[i])?,
+            });
+        }
+    }
+    if let Ok(Some(keys)) = row.try_get::<_, Option<Vec<String>>>("buried_keys") {
+        displaced.buried.extend(keys);
+    }
     let mut raced: Vec<String> = row
         .get::<_, Option<Vec<String>>>("raced")
         .unwrap_or_default();

@@ -616,8 +616,12 @@ async fn check_history(store: &dyn Store, upstream: &Upstream) -> Result<(), Str
             return Err(format!("re-applying a batch wrote rows: {counts:?}"));
         }
     }
-    if history_under(store, &prefix).await != model {
-        return Err("re-applying everything changed history".into());
+    let again = history_under(store, &prefix).await;
+    if again != model {
+        return Err(format!(
+            "re-applying everything changed history: the store keeps {again:#?}\nbut the model \
+             is {model:#?}"
+        ));
     }
     // As of each instant a version opened or closed, and just before.
     let mut instants: Vec<DateTime<Utc>> = model

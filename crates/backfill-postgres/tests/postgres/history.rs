@@ -57,9 +57,10 @@ async fn stats(store: &PostgresStore, relation: &str, inserted: i64) -> (i64, i6
     panic!("statistics of {relation} never showed {inserted} insertions");
 }
 
-/// A re-run of merges, of a stale re-delivery history holds, and of a
-/// listing of the same instant writes no tuple of the records table or of
-/// history.
+/// History's versions table holds only what the records table does not:
+/// the 200 rows the second batch replaced. A re-run of merges, of a stale
+/// re-delivery history holds, and of a listing of the same instant writes
+/// no tuple of either.
 #[tokio::test]
 async fn a_rerun_writes_no_history_tuple() {
     let Some(url) = testkit::url().await else {
@@ -77,7 +78,27 @@ async fn a_rerun_writes_no_history_tuple() {
     put(&store, batch("b", 20), listing(at(30))).await;
     let versions = format!("{DEFAULT_TABLE}:versions");
     let live = stats(&store, DEFAULT_TABLE, 200).await;
-    let kept = stats(&store, &versions, 400).await;
+    let kept = stats(&store, &versions, 200).await;
+    let held = |store: &PostgresStore| {
+        let (pool, schema, versions) = (
+            store.pool().clone(),
+            store.schema().to_owned(),
+            versions.clone(),
+        );
+        async move {
+            let client = pool.get().await.unwrap();
+            let n: i64 = client
+                .query_one(
+                    &format!(r#"SELECT count(*) FROM "{schema}"."{versions}""#),
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            n
+        }
+    };
+    assert_eq!(held(&store).await, 200, "the replaced versions alone");
     put(&store, batch("b", 20), WriteOptions::default()).await;
     put(&store, batch("a", 10), WriteOptions::default()).await;
     put(&store, batch("b", 20), listing(at(30))).await;
@@ -96,6 +117,7 @@ async fn a_rerun_writes_no_history_tuple() {
         live,
         "records: nothing"
     );
+    assert_eq!(held(&store).await, 201);
     assert_eq!(store.history().await.unwrap().len(), 401);
 }
 
@@ -213,6 +235,85 @@ async fn history_turned_on_starts_from_the_rows_and_stays_on() {
             ("0".to_owned(), at(5), Some(at(10))),
             ("1".to_owned(), at(10), None)
         ]
+    );
+}
+
+/// History written by the store's first layout (a copy of every version
+/// in the versions table, no index by key, the first view) is read as it
+/// is: opening remakes the view and adds the index, history is unchanged,
+/// and writes go on from it.
+#[tokio::test]
+async fn history_of_the_first_layout_reads_the_same() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let schema = testkit::unique_schema();
+    let store = open(&url, &schema, true).await.unwrap();
+    let reference = MemoryStore::with_history();
+    let d = day(0);
+    let deliveries = [
+        (
+            vec![rec("a", d, "1", at(10)), rec("b", d, "2", at(10))],
+            WriteOptions::default(),
+        ),
+        (
+            vec![rec("a", d, "3", at(20)), tomb("b", d, at(15))],
+            WriteOptions::default(),
+        ),
+        (vec![rec("c", d, "4", at(12))], WriteOptions::default()),
+        (vec![rec("a", d, "3", at(20))], listing(at(30))),
+    ];
+    for (records, options) in &deliveries {
+        put(&store, records.clone(), *options).await;
+        put(&reference, records.clone(), *options).await;
+    }
+    let before = store.history().await.unwrap();
+    assert_eq!(before, reference.history().await.unwrap());
+    drop(store);
+    // What the first layout kept: every version, the table's too.
+    let admin = admin(&url).await;
+    admin
+        .batch_execute(&format!(
+            r#"SET search_path TO "{schema}";
+               DROP INDEX "{t}:by_key";
+               INSERT INTO "{t}:versions" (key, event_date, value, updated_at, deleted)
+                   SELECT key, event_date, value, updated_at, deleted FROM "{t}" t
+                   WHERE NOT EXISTS (SELECT 1 FROM "{t}:versions" v
+                                     WHERE v.key = t.key AND v.updated_at = t.updated_at);
+               COMMENT ON VIEW "{t}_history" IS 'backfill: history of {t}'"#,
+            t = DEFAULT_TABLE
+        ))
+        .await
+        .unwrap();
+    let store = open(&url, &schema, false).await.unwrap();
+    assert!(store.keeps_history());
+    assert_eq!(store.history().await.unwrap(), before);
+    let comment: Option<String> = admin
+        .query_one(
+            "SELECT obj_description($1::text::regclass, 'pg_class')",
+            &[&format!(r#""{schema}"."{DEFAULT_TABLE}_history""#)],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        comment.as_deref(),
+        Some(format!("backfill: history of {DEFAULT_TABLE}, version 2").as_str())
+    );
+    let more = [
+        (
+            vec![rec("a", d, "5", at(40)), rec("c", d, "0", at(11))],
+            WriteOptions::default(),
+        ),
+        (vec![rec("a", d, "5", at(40))], listing(at(50))),
+    ];
+    for (records, options) in &more {
+        put(&store, records.clone(), *options).await;
+        put(&reference, records.clone(), *options).await;
+    }
+    assert_eq!(
+        store.history().await.unwrap(),
+        reference.history().await.unwrap()
     );
 }
 
