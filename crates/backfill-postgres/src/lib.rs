@@ -313,6 +313,8 @@
 //! the table did not take go to history in the day's own transaction after
 //! every row of the records table, those history holds already filtered
 //! out before they are touched; a re-run writes no tuple of either table.
+//! As each key's newest version is its row in the table, a row changed or
+//! deleted by hand, outside the store, changes history with it.
 //!
 //! ```sql
 //! SELECT key, value FROM orders_history
