@@ -155,6 +155,44 @@ pub fn history_of(versions: &[Version]) -> Vec<HistoryRow> {
     rows
 }
 
+/// History's share of a store that decides a day in memory
+/// ([`MemoryStore::with_history_parts`](crate::MemoryStore::with_history_parts)):
+/// the versions and listing instants of the days the day's write reads.
+///
+/// History is local to days: a version takes its
+/// [`absent_from`](Version::absent_from) from the listings of its own
+/// `event_date`, and a listing marks the versions of its own day. So a
+/// store that keeps each day's share beside the day's rows, and loads the
+/// shares of the days a write reads, keeps the same history as a store
+/// that holds it all; of two versions of one instant a key has under
+/// different days, [`one_per_instant`] keeps the one that wins.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HistoryParts {
+    /// Versions, each under its own `event_date`.
+    pub versions: Vec<Version>,
+    /// Listing instants, by day.
+    pub listings: Vec<(NaiveDate, DateTime<Utc>)>,
+}
+
+/// One version per key and instant, ordered by key, then `updated_at`, as
+/// [`history_of`] takes them: of several versions of one instant (kept
+/// under different days), the one that [supersedes](Record::supersedes)
+/// the others.
+pub fn one_per_instant(versions: impl IntoIterator<Item = Version>) -> Vec<Version> {
+    let mut kept: std::collections::BTreeMap<(String, DateTime<Utc>), Version> =
+        std::collections::BTreeMap::new();
+    for version in versions {
+        let slot = (version.record.key().to_owned(), version.record.updated_at());
+        match kept.get(&slot) {
+            Some(stored) if !version.record.supersedes(&stored.record) => {}
+            _ => {
+                kept.insert(slot, version);
+            }
+        }
+    }
+    kept.into_values().collect()
+}
+
 /// The live rows of `history` at `at`, in its order (by key): each key's
 /// version valid at `at`, unless it is a tombstone.
 pub fn rows_as_of(history: &[HistoryRow], at: DateTime<Utc>) -> Vec<Record> {

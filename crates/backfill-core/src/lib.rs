@@ -92,7 +92,7 @@ pub use ledger::{
     DayFailure, DayState, Digest, LedgerEntry, RunId, SyncStamp, SyncedDay, MAX_ERROR_BYTES,
     MAX_RUN_ID_BYTES,
 };
-pub use memory::{MemoryStore, PageCounts};
+pub use memory::{Applied, MemoryStore, PageCounts};
 pub use record::{EventDates, Record, MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};
 pub use store::Store;
 pub use stream::{DayWrite, DEFAULT_STREAM_MEMORY};

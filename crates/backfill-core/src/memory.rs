@@ -10,7 +10,9 @@ use chrono::{DateTime, NaiveDate, Utc};
 
 use crate::counts::Counts;
 use crate::error::{Error, Result};
-use crate::history::{first_listing_from, history_of, HistoryRow, Version};
+use crate::history::{
+    first_listing_from, history_of, one_per_instant, HistoryParts, HistoryRow, Version,
+};
 use crate::ledger::{DayFailure, Digest, LedgerEntry};
 use crate::record::Record;
 use crate::store::Store;
@@ -95,6 +97,38 @@ impl History {
         let versions: Vec<Version> = self.versions.values().cloned().collect();
         history_of(&versions)
     }
+
+    fn from_parts(parts: HistoryParts) -> Self {
+        Self {
+            versions: one_per_instant(parts.versions)
+                .into_iter()
+                .map(|v| ((v.record.key().to_owned(), v.record.updated_at()), v))
+                .collect(),
+            listings: parts.listings.into_iter().collect(),
+        }
+    }
+
+    fn into_parts(self) -> HistoryParts {
+        HistoryParts {
+            versions: self.versions.into_values().collect(),
+            listings: self.listings.into_iter().collect(),
+        }
+    }
+}
+
+/// What [`MemoryStore::apply_into_all`] leaves: the day's counts, and the
+/// store's rows (key order), ledger entries (day order) and, when it keeps
+/// history, history's parts.
+#[derive(Debug)]
+pub struct Applied {
+    /// The day's counts.
+    pub counts: Counts,
+    /// Every row, tombstones included, in key order.
+    pub rows: Vec<Record>,
+    /// Every ledger entry, in day order.
+    pub ledger: Vec<LedgerEntry>,
+    /// History's versions and listings, when the store keeps history.
+    pub history: Option<HistoryParts>,
 }
 
 impl State {
@@ -251,10 +285,37 @@ impl MemoryStore {
         day: &DayWrite,
         records: &[Record],
     ) -> Result<(Counts, Vec<Record>, Vec<LedgerEntry>)> {
+        let applied = self.apply_into_all(day, records)?;
+        Ok((applied.counts, applied.rows, applied.ledger))
+    }
+
+    /// This store keeping history, from `parts`: the versions and listings
+    /// of the days a write reads, for a store that keeps each day's share
+    /// of history beside the day ([`HistoryParts`] says why that is
+    /// enough). Of versions of one instant of a key, the one that wins is
+    /// kept.
+    pub fn with_history_parts(self, parts: HistoryParts) -> Self {
+        let mut state = self.into_state();
+        state.history = Some(History::from_parts(parts));
+        Self {
+            state: Mutex::new(state),
+        }
+    }
+
+    /// [`MemoryStore::apply_into_parts`], with history's parts too when
+    /// this store keeps history.
+    ///
+    /// # Errors
+    ///
+    /// As [`MemoryStore::apply_read`].
+    pub fn apply_into_all(self, day: &DayWrite, records: &[Record]) -> Result<Applied> {
         let mut state = self.into_state();
         let decided = decide_guarded(&state, day, records)?;
         let counts = decided.counts;
         synced(&mut state, day, counts);
+        if let Some(history) = state.history.as_mut() {
+            history.record(day, records);
+        }
         let rows = if state.rows.is_empty() {
             // In key order already, as the records are; nothing stored,
             // so nothing unlisted.
@@ -262,9 +323,14 @@ impl MemoryStore {
             decided.writes
         } else {
             decided.write(&mut state);
-            state.rows.into_values().collect()
+            std::mem::take(&mut state.rows).into_values().collect()
         };
-        Ok((counts, rows, state.days.into_values().collect()))
+        Ok(Applied {
+            counts,
+            rows,
+            ledger: state.days.into_values().collect(),
+            history: state.history.map(History::into_parts),
+        })
     }
 
     /// One page of a day decided here, for a store that decides a day too

@@ -468,3 +468,139 @@ mod memory_store {
     // The reference store keeps records only.
     crate::column_conformance_tests!(unsupported: "MemoryStore keeps no typed columns");
 }
+
+/// History kept day by day, as a store that keeps each day's share beside
+/// the day's rows does (a Delta table's partitions): each write loads the
+/// shares of the days it reads only (its own, its records' `event_date`s,
+/// and every day holding one of its keys), decides the day in a
+/// [`MemoryStore`](crate::MemoryStore) with
+/// [`with_history_parts`](crate::MemoryStore::with_history_parts) and
+/// keeps what each of those days' share became; history is read as every
+/// day's versions, one per instant. It must be the reference's history:
+/// history is local to days.
+#[cfg(test)]
+mod day_local_history {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::ops::RangeInclusive;
+    use std::sync::Mutex;
+
+    use tokio::sync::Mutex as AsyncMutex;
+
+    use async_trait::async_trait;
+    use chrono::{DateTime, NaiveDate, Utc};
+
+    use crate::history::{history_of, one_per_instant, HistoryParts, HistoryRow, Version};
+    use crate::ledger::{DayFailure, LedgerEntry};
+    use crate::{Counts, DayWrite, MemoryStore, Record, Result, Store};
+
+    /// Each day's share of history.
+    type Share = (Vec<Version>, BTreeSet<DateTime<Utc>>);
+
+    #[derive(Debug, Default)]
+    pub(super) struct DayLocal {
+        /// The live table and the ledger, whole (what is tested here is
+        /// history's locality, not the rows').
+        live: AsyncMutex<MemoryStore>,
+        days: Mutex<BTreeMap<NaiveDate, Share>>,
+    }
+
+    #[async_trait]
+    impl Store for DayLocal {
+        async fn get(&self, key: &str) -> Result<Option<Record>> {
+            self.live.lock().await.get(key).await
+        }
+
+        async fn rows(&self) -> Result<Vec<Record>> {
+            self.live.lock().await.rows().await
+        }
+
+        async fn day_rows(&self, day: NaiveDate) -> Result<Vec<Record>> {
+            self.live.lock().await.day_rows(day).await
+        }
+
+        async fn rows_with_tombstones(&self) -> Result<Vec<Record>> {
+            self.live.lock().await.rows_with_tombstones().await
+        }
+
+        async fn apply(&self, mut day: DayWrite) -> Result<Counts> {
+            let records = day.read_all()?;
+            let mut live = self.live.lock().await;
+            let mut days = self.days.lock().unwrap();
+            let stored = std::mem::take(&mut *live).into_parts();
+            // The days this write reads.
+            let mut read: BTreeSet<NaiveDate> = day.days().iter().copied().collect();
+            read.insert(day.day());
+            read.extend(records.iter().map(Record::event_date));
+            let keys: BTreeSet<&str> = records.iter().map(Record::key).collect();
+            read.extend(
+                stored
+                    .0
+                    .iter()
+                    .filter(|r| keys.contains(r.key()))
+                    .map(Record::event_date),
+            );
+            let mut parts = HistoryParts::default();
+            for d in &read {
+                if let Some((versions, listings)) = days.get(d) {
+                    parts.versions.extend(versions.iter().cloned());
+                    parts.listings.extend(listings.iter().map(|at| (*d, *at)));
+                }
+            }
+            let (rows, ledger) = stored;
+            let decided = MemoryStore::from_parts(rows.clone(), ledger.clone())
+                .with_history_parts(parts)
+                .apply_into_all(&day, &records);
+            let applied = match decided {
+                Ok(applied) => applied,
+                Err(e) => {
+                    *live = MemoryStore::from_parts(rows, ledger);
+                    return Err(e);
+                }
+            };
+            *live = MemoryStore::from_parts(applied.rows, applied.ledger);
+            let history = applied.history.expect("kept");
+            for d in &read {
+                let versions = history
+                    .versions
+                    .iter()
+                    .filter(|v| v.record.event_date() == *d)
+                    .cloned()
+                    .collect();
+                let listings = history
+                    .listings
+                    .iter()
+                    .filter(|(ld, _)| ld == d)
+                    .map(|(_, at)| *at)
+                    .collect();
+                days.insert(*d, (versions, listings));
+            }
+            // A version the write kept under a day it did not read is a
+            // bug of this store's bookkeeping.
+            assert!(history
+                .versions
+                .iter()
+                .all(|v| read.contains(&v.record.event_date())));
+            Ok(applied.counts)
+        }
+
+        async fn purge_tombstones(&self, before: DateTime<Utc>) -> Result<u64> {
+            self.live.lock().await.purge_tombstones(before).await
+        }
+
+        async fn ledger(&self, days: RangeInclusive<NaiveDate>) -> Result<Vec<LedgerEntry>> {
+            self.live.lock().await.ledger(days).await
+        }
+
+        async fn record_failure(&self, day: NaiveDate, failure: &DayFailure) -> Result<()> {
+            self.live.lock().await.record_failure(day, failure).await
+        }
+
+        async fn history(&self) -> Result<Vec<HistoryRow>> {
+            let days = self.days.lock().unwrap();
+            let versions = one_per_instant(days.values().flat_map(|(v, _)| v.iter().cloned()));
+            Ok(history_of(&versions))
+        }
+    }
+
+    crate::history_conformance_tests!(async { DayLocal::default() });
+}
