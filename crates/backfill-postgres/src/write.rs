@@ -61,8 +61,10 @@ pub(crate) const MAX_SUBTRANSACTIONS: usize = 64;
 ///    before that (those counted now plus those tombstoned): the very
 ///    numbers a batch had when it tombstoned after its one page.
 /// 4. [`keep_history`], when the table keeps history: the day's versions
-///    new to history, and what a listing lacked, after every row of the
-///    records table is written.
+///    the table does not hold (stale, buried, or of an instant history
+///    holds), and what a listing lacked, after every row of the records
+///    table is written. (The rows a page's writes replaced went to history
+///    right after that page, [`keep_moved`].)
 /// 5. [`write_ledger`]: the day's ledger row, last, in the same
 ///    transaction.
 ///
