@@ -268,13 +268,9 @@ async fn keep_moved(
     moved.sort_unstable_by(|a, b| a.key().cmp(b.key()));
     let statement = tx.prepare_cached(&sql.moved).await.map_err(pg_error)?;
     let flat = typed_rows_lenient(&writes.columns, &moved);
-    let keys: Vec<&str> = moved.iter().map(Record::key).collect();
-    let dates: Vec<NaiveDate> = moved.iter().map(Record::event_date).collect();
-    let values: Vec<&str> = moved.iter().map(Record::value).collect();
-    let instants: Vec<DateTime<Utc>> = moved.iter().map(Record::updated_at).collect();
-    let deleted: Vec<bool> = moved.iter().map(Record::is_deleted).collect();
+    let fields = RecordArrays::new(moved.iter());
     let arrays = typed::arrays(writes.columns.len(), &flat);
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&keys, &dates, &values, &instants, &deleted];
+    let mut params = fields.params();
     params.extend(arrays.iter().map(|a| a as &(dyn ToSql + Sync)));
     tx.execute(&statement, &params).await.map_err(pg_error)?;
     Ok(())
@@ -413,21 +409,10 @@ async fn insert_versions(
         })
         .collect();
     let flat = typed_rows(columns, records.iter().copied())?;
-    let keys: Vec<&str> = records.iter().map(|r| r.key()).collect();
-    let dates: Vec<NaiveDate> = records.iter().map(|r| r.event_date()).collect();
-    let values: Vec<&str> = records.iter().map(|r| r.value()).collect();
-    let instants: Vec<DateTime<Utc>> = records.iter().map(|r| r.updated_at()).collect();
-    let deleted: Vec<bool> = records.iter().map(|r| r.is_deleted()).collect();
+    let fields = RecordArrays::new(records.iter().copied());
     let arrays = typed::arrays(columns.len(), &flat);
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
-        &keys,
-        &dates,
-        &values,
-        &instants,
-        &deleted,
-        &absent_from,
-        &was_buried,
-    ];
+    let mut params = fields.params();
+    params.extend([&absent_from as &(dyn ToSql + Sync), &was_buried]);
     params.extend(arrays.iter().map(|a| a as &(dyn ToSql + Sync)));
     tx.execute(insert, &params).await.map_err(pg_error)?;
     Ok(())
@@ -1075,6 +1060,48 @@ async fn copy_slice(
     writer.finish().await
 }
 
+/// Records as the arrays the statements take first (`$1`–`$5`: keys,
+/// dates, values, instants, tombstone flags).
+struct RecordArrays<'r> {
+    keys: Vec<&'r str>,
+    dates: Vec<NaiveDate>,
+    values: Vec<&'r str>,
+    instants: Vec<DateTime<Utc>>,
+    deleted: Vec<bool>,
+}
+
+impl<'r> RecordArrays<'r> {
+    fn new(records: impl ExactSizeIterator<Item = &'r Record>) -> Self {
+        let n = records.len();
+        let mut arrays = Self {
+            keys: Vec::with_capacity(n),
+            dates: Vec::with_capacity(n),
+            values: Vec::with_capacity(n),
+            instants: Vec::with_capacity(n),
+            deleted: Vec::with_capacity(n),
+        };
+        for r in records {
+            arrays.keys.push(r.key());
+            arrays.dates.push(r.event_date());
+            arrays.values.push(r.value());
+            arrays.instants.push(r.updated_at());
+            arrays.deleted.push(r.is_deleted());
+        }
+        arrays
+    }
+
+    /// `$1`–`$5`, for more to follow.
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.keys,
+            &self.dates,
+            &self.values,
+            &self.instants,
+            &self.deleted,
+        ]
+    }
+}
+
 /// Each record's typed columns, in the column order, one record after
 /// another (empty when the store has none).
 fn typed_rows<'r, I>(columns: &Columns, records: I) -> Result<Vec<ColumnValue>>
@@ -1254,16 +1281,12 @@ async fn merge_slice(
     columns: &Columns,
     (counts, displaced): (&mut Counts, &mut Displaced),
 ) -> Result<Vec<String>> {
-    let keys: Vec<&str> = records.iter().map(|r| r.key()).collect();
-    let dates: Vec<NaiveDate> = records.iter().map(|r| r.event_date()).collect();
-    let values: Vec<&str> = records.iter().map(|r| r.value()).collect();
-    let instants: Vec<DateTime<Utc>> = records.iter().map(|r| r.updated_at()).collect();
-    let deleted: Vec<bool> = records.iter().map(|r| r.is_deleted()).collect();
+    let fields = RecordArrays::new(records.iter().copied());
     // One array per typed column, after the day scan's `$6`.
     let flat = typed_rows(columns, records.iter().copied())?;
     let arrays = typed::arrays(columns.len(), &flat);
-    let mut params: Vec<&(dyn ToSql + Sync)> =
-        vec![&keys, &dates, &values, &instants, &deleted, &day_scan];
+    let mut params = fields.params();
+    params.push(&day_scan);
     params.extend(arrays.iter().map(|a| a as &(dyn ToSql + Sync)));
     if let Some(t) = &tombstones {
         params.extend([&t.keys as &(dyn ToSql + Sync), &t.day, &t.as_of]);
@@ -1277,20 +1300,28 @@ async fn merge_slice(
     counts.unlisted += unlisted;
     counts.unchanged += count("unchanged");
     counts.stale += count("stale");
-    if let Ok(Some(keys)) = row.try_get::<_, Option<Vec<String>>>("moved_keys") {
-        let dates: Vec<NaiveDate> = row.get("moved_dates");
-        let values: Vec<String> = row.get("moved_values");
-        let instants: Vec<DateTime<Utc>> = row.get("moved_instants");
-        let deleted: Vec<bool> = row.get("moved_deleted");
-        for (i, key) in keys.into_iter().enumerate() {
-            displaced.moved.push(match deleted[i] {
-                true => Record::tombstone(key, dates[i], instants[i])?,
-                false => Record::new(key, dates[i], values[i].clone(), instants[i])?,
+    // With history, the statement returns what it displaced.
+    if row.columns().iter().any(|c| c.name() == "moved_keys") {
+        let keys: Option<Vec<String>> = row.get("moved_keys");
+        let dates: Option<Vec<NaiveDate>> = row.get("moved_dates");
+        let values: Option<Vec<String>> = row.get("moved_values");
+        let instants: Option<Vec<DateTime<Utc>>> = row.get("moved_instants");
+        let deleted: Option<Vec<bool>> = row.get("moved_deleted");
+        let moved = keys.into_iter().flatten().zip(values.into_iter().flatten());
+        let stamps = dates
+            .into_iter()
+            .flatten()
+            .zip(instants.into_iter().flatten());
+        for (((key, value), (date, at)), deleted) in
+            moved.zip(stamps).zip(deleted.into_iter().flatten())
+        {
+            displaced.moved.push(match deleted {
+                true => Record::tombstone(key, date, at)?,
+                false => Record::new(key, date, value, at)?,
             });
         }
-    }
-    if let Ok(Some(keys)) = row.try_get::<_, Option<Vec<String>>>("buried_keys") {
-        displaced.buried.extend(keys);
+        let buried: Option<Vec<String>> = row.get("buried_keys");
+        displaced.buried.extend(buried.into_iter().flatten());
     }
     let mut raced: Vec<String> = row
         .get::<_, Option<Vec<String>>>("raced")

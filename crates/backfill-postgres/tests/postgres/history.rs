@@ -57,6 +57,19 @@ async fn stats(store: &PostgresStore, relation: &str, inserted: i64) -> (i64, i6
     panic!("statistics of {relation} never showed {inserted} insertions");
 }
 
+/// How many rows `relation` of the store's schema holds.
+async fn row_count(store: &PostgresStore, relation: &str) -> i64 {
+    let client = store.pool().get().await.unwrap();
+    client
+        .query_one(
+            &format!(r#"SELECT count(*) FROM "{}"."{relation}""#, store.schema()),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 /// History's versions table holds only what the records table does not:
 /// the 200 rows the second batch replaced. A re-run of merges, of a stale
 /// re-delivery history holds, and of a listing of the same instant writes
@@ -79,26 +92,11 @@ async fn a_rerun_writes_no_history_tuple() {
     let versions = format!("{DEFAULT_TABLE}:versions");
     let live = stats(&store, DEFAULT_TABLE, 200).await;
     let kept = stats(&store, &versions, 200).await;
-    let held = |store: &PostgresStore| {
-        let (pool, schema, versions) = (
-            store.pool().clone(),
-            store.schema().to_owned(),
-            versions.clone(),
-        );
-        async move {
-            let client = pool.get().await.unwrap();
-            let n: i64 = client
-                .query_one(
-                    &format!(r#"SELECT count(*) FROM "{schema}"."{versions}""#),
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            n
-        }
-    };
-    assert_eq!(held(&store).await, 200, "the replaced versions alone");
+    assert_eq!(
+        row_count(&store, &versions).await,
+        200,
+        "the replaced versions alone"
+    );
     put(&store, batch("b", 20), WriteOptions::default()).await;
     put(&store, batch("a", 10), WriteOptions::default()).await;
     put(&store, batch("b", 20), listing(at(30))).await;
@@ -117,7 +115,7 @@ async fn a_rerun_writes_no_history_tuple() {
         live,
         "records: nothing"
     );
-    assert_eq!(held(&store).await, 201);
+    assert_eq!(row_count(&store, &versions).await, 201);
     assert_eq!(store.history().await.unwrap().len(), 401);
 }
 
