@@ -181,9 +181,9 @@ pub(crate) struct StoreArgs {
     pub(crate) allow_column_changes: bool,
     /// Keep every version of every key, valid from its `updated_at`, in
     /// history beside the table (people query the view `<table>_history`;
-    /// `backfill rows --as-of` and `backfill history` read it). Turned on
-    /// for a table with rows, history starts from them; once on, it stays
-    /// on.
+    /// a Delta table keeps it in its own partitions; `backfill rows
+    /// --as-of` and `backfill history` read it). Turned on for a table with
+    /// rows, history starts from them; once on, it stays on.
     #[arg(long)]
     pub(crate) history: bool,
 }

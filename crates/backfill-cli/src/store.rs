@@ -254,13 +254,25 @@ async fn open_delta(
             DeltaStore::builder(location)
                 .columns(columns.iter().cloned())
                 .allow_column_changes(args.allow_column_changes)
+                .history(args.history)
                 .open()
                 .await
         }
-        // Reading takes the table as it is, its typed columns included.
+        // Reading takes the table as it is, its typed columns and history
+        // included.
         Access::Read => DeltaStore::open_existing(location, Default::default()).await,
     };
-    Ok(Box::new(store.map_err(|e| scrub(&e, e.to_string()))?))
+    let store = store.map_err(|e| scrub(&e, e.to_string()))?;
+    match store.history_started_with() {
+        Some(0) => eprintln!("history is on for the Delta table {}", store.location()),
+        Some(rows) => eprintln!(
+            "history is on for the Delta table {}: it starts from its {rows} rows, one version \
+             each",
+            store.location()
+        ),
+        None => {}
+    }
+    Ok(Box::new(store))
 }
 
 /// Without the `delta` feature, a Delta URL says how to get it.
@@ -284,9 +296,6 @@ async fn open_delta(
 fn not_for_delta(args: &StoreArgs) -> Option<&'static str> {
     if args.tls_root_cert.is_some() {
         return Some("--tls-root-cert");
-    }
-    if args.history {
-        return Some("--history (history is kept in SQLite and Postgres)");
     }
     if args.schema != backfill_postgres::DEFAULT_SCHEMA {
         return Some("--schema");

@@ -2049,10 +2049,14 @@ async fn delta_tables_keep_typed_columns_from_the_command_line() {
 /// without the flag; `rows --as-of` reads the table as it was, `rows` as
 /// it is, `history` every version with when it was valid; the lines read
 /// back as a fetch store the same text. A store without history says so.
+/// On SQLite, Postgres and (with the `delta` feature) a Delta table.
 #[tokio::test]
 async fn history_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let mut stores = vec![("sqlite".to_owned(), "sqlite://backfill.db".to_owned(), None)];
+    if cfg!(feature = "delta") {
+        stores.push(("delta".to_owned(), "delta://orders".to_owned(), None));
+    }
     if let Some(url) = backfill_testkit::url().await {
         stores.push((
             "postgres".to_owned(),
@@ -2093,8 +2097,12 @@ async fn history_from_the_command_line() {
         with_store(&mut first);
         let output = run(&mut first);
         assert_eq!(code(&output), 0, "{name}: {}", show(&output));
+        let said = match name.as_str() {
+            "delta" => "history is on for the Delta table",
+            _ => "history is on for table backfill_records",
+        };
         assert!(
-            text(&output.stderr).contains("history is on for table backfill_records"),
+            text(&output.stderr).contains(said),
             "{name}: {}",
             show(&output)
         );
@@ -2109,10 +2117,23 @@ async fn history_from_the_command_line() {
         with_store(&mut second);
         assert_eq!(code(&run(&mut second)), 0, "{name}");
 
-        let lines = |args: &[&str]| -> Vec<Value> {
+        // Another table of the same store: a Delta table's URL names it.
+        let copied = |command: &mut Command| match name.as_str() {
+            "delta" => {
+                command.args(["--store", "delta://copied"]);
+            }
+            _ => {
+                with_store(command);
+                command.args(["--table", "copied"]);
+            }
+        };
+        let lines_of = |args: &[&str], copy: bool| -> Vec<Value> {
             let mut command = backfill(dir.path());
             command.args(args);
-            with_store(&mut command);
+            match copy {
+                true => copied(&mut command),
+                false => with_store(&mut command),
+            }
             let output = run(&mut command);
             assert_eq!(code(&output), 0, "{name} {args:?}: {}", show(&output));
             text(&output.stdout)
@@ -2120,6 +2141,7 @@ async fn history_from_the_command_line() {
                 .map(|l| serde_json::from_str(l).unwrap())
                 .collect()
         };
+        let lines = |args: &[&str]| lines_of(args, false);
         let then = lines(&["rows", "--as-of", "2026-01-02T00:00:00Z"]);
         let values: Vec<&str> = then.iter().map(|l| l["value"].as_str().unwrap()).collect();
         assert_eq!(values, [r#"{"n":1,"s":"x"}"#, "plain"], "{name}");
@@ -2157,21 +2179,15 @@ async fn history_from_the_command_line() {
         )
         .unwrap();
         let mut copy = backfill(dir.path());
-        range(&mut copy, 1, 1).args(["--table", "copied", "--fetch-files", "then/{day}.jsonl"]);
-        with_store(&mut copy);
+        range(&mut copy, 1, 1).args(["--fetch-files", "then/{day}.jsonl"]);
+        copied(&mut copy);
         assert_eq!(code(&run(&mut copy)), 0, "{name}");
-        assert_eq!(lines(&["rows", "--table", "copied"]), then, "{name}");
+        assert_eq!(lines_of(&["rows"], true), then, "{name}");
 
         // A table without history.
         let mut none = backfill(dir.path());
-        none.args([
-            "rows",
-            "--table",
-            "copied",
-            "--as-of",
-            "2026-01-02T00:00:00Z",
-        ]);
-        with_store(&mut none);
+        none.args(["rows", "--as-of", "2026-01-02T00:00:00Z"]);
+        copied(&mut none);
         let output = run(&mut none);
         assert_eq!(code(&output), 1, "{name}: {}", show(&output));
         assert!(

@@ -33,8 +33,10 @@ use indexmap::IndexMap;
 use tokio::task::JoinHandle;
 
 use crate::error::{backend, Result};
-use crate::rows::{epoch_days, records_batch, Row, EVENT_DATE, KEY, UPDATED_AT, VALUE};
-use crate::table::{Cache, DayRows, FileRows, Probe, Reader};
+use crate::rows::{
+    epoch_days, history_batch, records_batch, DayHistory, Row, EVENT_DATE, KEY, UPDATED_AT, VALUE,
+};
+use crate::table::{Cache, DayRows, FileRows, Kinds, Probe, Reader};
 
 /// What one day becomes.
 #[derive(Debug)]
@@ -43,6 +45,8 @@ pub(crate) struct NewDay {
     pub(crate) records: Vec<Record>,
     /// Its ledger entry.
     pub(crate) ledger: Option<LedgerEntry>,
+    /// Its share of history; `None` leaves it as it was.
+    pub(crate) history: Option<DayHistory>,
 }
 
 /// What a change was decided on.
@@ -64,8 +68,9 @@ pub(crate) enum Outcome {
 }
 
 /// The actions that turn `old` days into `new` ones, writing the new files:
-/// a day's records and its ledger row each go to files of their own, and
-/// only what changed is rewritten. `None` when nothing changed.
+/// a day's records, its ledger row and its history rows each go to files
+/// of their own, and only what changed is rewritten. `None` when nothing
+/// changed.
 pub(crate) async fn write_days(
     table: &DeltaTable,
     cache: &Cache,
@@ -241,55 +246,72 @@ pub(crate) async fn write_days_with(
         unused.discard().await;
     }
     let empty = DayRows::default();
+    for (day, new) in &mut new {
+        if new.history.is_none() {
+            new.history = Some(old.get(day).unwrap_or(&empty).history.clone());
+        }
+    }
     let mut removes = Vec::new();
     let mut records_of: Vec<(NaiveDate, &[Record])> = Vec::new();
     let mut ledgers: Vec<(NaiveDate, &LedgerEntry)> = Vec::new();
+    let mut histories: Vec<(NaiveDate, &DayHistory)> = Vec::new();
     for (&day, new) in &new {
         let old = old.get(&day).unwrap_or(&empty);
-        let mut records_changed = old.records.len() != new.records.len()
-            || old
-                .records
-                .values()
-                .zip(&new.records)
-                .any(|(old, new)| old != new);
-        let mut ledger_changed = old.ledger.as_ref() != new.ledger.as_ref();
-        if every_file {
-            records_changed = true;
-            ledger_changed = true;
+        let history = new.history.as_ref().expect("set above");
+        let mut changed = Kinds {
+            records: old.records.len() != new.records.len()
+                || old
+                    .records
+                    .values()
+                    .zip(&new.records)
+                    .any(|(old, new)| old != new),
+            ledger: old.ledger.as_ref() != new.ledger.as_ref(),
+            history: old.history != *history,
+        };
+        // A file holding more than one kind (compacted by another engine)
+        // goes when any does, and every kind is written again.
+        let mixed = old.files.iter().any(|(_, kinds)| kinds.mixed());
+        if every_file || (mixed && !changed.none()) {
+            changed = Kinds {
+                records: true,
+                ledger: true,
+                history: true,
+            };
         }
-        // A file holding both (compacted by another engine) goes when
-        // either does, and both are written again.
-        if old
-            .files
-            .iter()
-            .any(|(_, records, ledger)| *records && *ledger)
-            && (records_changed || ledger_changed)
-        {
-            records_changed = true;
-            ledger_changed = true;
-        }
-        for (file, records, ledger) in &old.files {
-            if (records_changed && *records) || (ledger_changed && *ledger) || (!records && !ledger)
+        for (file, kinds) in &old.files {
+            if (changed.records && kinds.records)
+                || (changed.ledger && kinds.ledger)
+                || (changed.history && kinds.history)
+                || kinds.none()
             {
                 removes.push(Action::Remove(file.remove.clone()));
             }
         }
-        if records_changed && !new.records.is_empty() {
+        if changed.records && !new.records.is_empty() {
             records_of.push((day, &new.records));
         }
-        if ledger_changed {
+        if changed.ledger {
             if let Some(entry) = &new.ledger {
                 ledgers.push((day, entry));
             }
         }
+        if changed.history && !history.is_empty() {
+            histories.push((day, history));
+        }
     }
     let taken = ready.as_ref().map(|(written, _)| written.day);
-    if removes.is_empty() && records_of.is_empty() && ledgers.is_empty() && ready.is_none() {
+    if removes.is_empty()
+        && records_of.is_empty()
+        && ledgers.is_empty()
+        && histories.is_empty()
+        && ready.is_none()
+    {
         return Ok(None);
     }
-    // The two kinds of file by two writers at once: a day's ledger row is
-    // a file of its own, and its write need not wait for the records'.
-    let (records_added, ledgers_added) = futures_util::try_join!(
+    // The kinds of file by writers of their own at once: a day's ledger
+    // row and history rows are files of their own, and their writes need
+    // not wait for the records'.
+    let (records_added, ledgers_added, histories_added) = futures_util::try_join!(
         async {
             let mut added = write_files(&writer, &records_of, typed, records_of_day).await?;
             if let Some((written, rows)) = ready {
@@ -303,6 +325,7 @@ pub(crate) async fn write_days_with(
             Ok(added)
         },
         write_files(&writer, &ledgers, typed, ledger_of_day),
+        write_files(&writer, &histories, typed, history_of_day),
     )?;
     for (&day, written) in &mut new {
         // A day too large for the cache is not turned into its rows (nor
@@ -316,8 +339,18 @@ pub(crate) async fn write_days_with(
         if let Some((path, entry)) = only_file(&ledgers_added, day).zip(written.ledger.take()) {
             cache.put(&path, &Arc::new(FileRows::new(vec![Row::Ledger(entry)])));
         }
+        if let Some((path, history)) = only_file(&histories_added, day).zip(written.history.take())
+        {
+            let rows = (history.listings.into_iter().map(Row::Listing))
+                .chain(history.versions.into_iter().map(Row::Version))
+                .collect();
+            cache.put(&path, &Arc::new(FileRows::new(rows)));
+        }
     }
-    let adds = records_added.into_iter().chain(ledgers_added);
+    let adds = records_added
+        .into_iter()
+        .chain(ledgers_added)
+        .chain(histories_added);
     Ok(Some(
         removes.into_iter().chain(adds.map(Action::Add)).collect(),
     ))
@@ -376,6 +409,11 @@ fn records_of_day(records: &&[Record], typed: &Columns) -> Result<RecordBatch> {
 /// A day's ledger row as a batch.
 fn ledger_of_day(entry: &&LedgerEntry, typed: &Columns) -> Result<RecordBatch> {
     records_batch(std::iter::empty(), Some(entry), typed)
+}
+
+/// A day's history rows as a batch.
+fn history_of_day(history: &&DayHistory, typed: &Columns) -> Result<RecordBatch> {
+    history_batch(history, typed)
 }
 
 /// The file of `added` that is the only one of `day`'s, if there is one:

@@ -112,6 +112,36 @@
 //! and checkpoints keep rows, and this store reads a ledger row from
 //! whichever file holds it.
 //!
+//! # History
+//!
+//! With [`DeltaStoreBuilder::history`] (`--history` on the command line,
+//! `history=True` in Python) the table keeps [history](backfill_core::history):
+//! every version of every key, valid from its `updated_at` until the next
+//! one's, the same whatever order the days arrived in, read with
+//! [`Store::history`](backfill_core::Store::history) and
+//! [`Store::as_of`](backfill_core::Store::as_of) (`backfill history`,
+//! `backfill rows --as-of`). Once on, it stays on: the table property
+//! `backfill.history` says so to every writer, whatever it was opened
+//! with. Turning it on for a table with rows writes nothing but that
+//! property: each row is its key's first version.
+//!
+//! History is kept **in the table, day by day**, in the partition of the
+//! versions' `event_date`, committed with the day's rows in the same
+//! commit. A day's records are each a version as delivered; what they do
+//! not hold goes to a small file of the day's own, rewritten only when it
+//! changes: the versions a write replaced, stale re-deliveries, versions a
+//! listing closed, tombstones a purge removed (one row each, key
+//! `"\0backfill.version:<key>"`, `updated_at` the version's, and in `value`
+//! JSON: `{"deleted": false, "value": "<the value>", "absent_from": <the
+//! first listing that lacked it, or null>}`), and the instants of the day's
+//! listings (key `"\0backfill.listing:"`). Like the ledger row, each has
+//! `deleted = true`, so the live-rows filter above leaves it out. A backfill
+//! into a new table writes no history row at all; an identical re-run
+//! none; a lookback day exactly the versions it replaced. A write decides
+//! history with the days it reads already (its own, its records' dates,
+//! the days holding its keys), by the reference store's rules, so a
+//! streamed day of a table keeping history is decided in memory whole.
+//!
 //! # Many writers
 //!
 //! Delta uses optimistic concurrency: a commit names the version it makes,

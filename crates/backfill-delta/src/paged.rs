@@ -98,7 +98,7 @@ struct FileCursor {
 
 impl FileCursor {
     /// Reads the next batch if every row read was taken; `false` when a
-    /// file holds a ledger row among its records.
+    /// file holds a ledger or history row among its records.
     async fn fill(&mut self) -> Result<bool> {
         while self.rows.is_empty() && !self.done {
             let Some(batch) = self.batches.try_next().await.map_err(parquet)? else {
@@ -110,7 +110,7 @@ impl FileCursor {
             for row in rows {
                 match row {
                     Row::Record(record) => self.rows.push_back(record),
-                    Row::Ledger(_) => return Ok(false),
+                    _ => return Ok(false),
                 }
             }
         }
@@ -219,18 +219,14 @@ pub(crate) async fn decide(
         .await?
         .remove(&this)
         .unwrap_or_default();
-    if own
-        .files
-        .iter()
-        .any(|(_, records, ledger)| *records && *ledger)
-    {
+    if own.files.iter().any(|(_, kinds)| kinds.mixed()) {
         return Ok(None);
     }
     let no_records: HashSet<&str> = own
         .files
         .iter()
-        .filter(|(_, records, _)| !records)
-        .map(|(file, _, _)| file.path.as_ref())
+        .filter(|(_, kinds)| !kinds.records)
+        .map(|(file, _)| file.path.as_ref())
         .collect();
     let records_files: Vec<DataFile> = own_files
         .iter()
@@ -238,7 +234,7 @@ pub(crate) async fn decide(
         .cloned()
         .collect();
     own.records.clear();
-    own.files.retain(|(_, records, _)| !records);
+    own.files.retain(|(_, kinds)| !kinds.records);
 
     let mut pages = Pages {
         this,
@@ -316,6 +312,7 @@ pub(crate) async fn decide(
             let day = NewDay {
                 records: records.into_values().collect(),
                 ledger: all_old.get(&d).and_then(|rows| rows.ledger.clone()),
+                history: None,
             };
             (d, day)
         })
@@ -325,6 +322,7 @@ pub(crate) async fn decide(
         NewDay {
             records: Vec::new(),
             ledger,
+            history: None,
         },
     );
     all_old.insert(this, own);

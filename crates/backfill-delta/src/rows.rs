@@ -1,9 +1,10 @@
 //! Rows as the table keeps them: the Delta schema, records to and from Arrow
-//! batches, and the day's ledger row.
+//! batches, the day's ledger row and its share of history.
 
 use std::sync::Arc;
 
 use backfill_core::columns::{Column, ColumnType, ColumnValue, Columns};
+use backfill_core::history::Version;
 use backfill_core::{Counts, DayFailure, Digest, LedgerEntry, Mode, Record, RunId, SyncedDay};
 use chrono::{DateTime, NaiveDate, Utc};
 use deltalake::arrow::array::{
@@ -34,6 +35,19 @@ pub(crate) const DELETED: &str = "deleted";
 /// before every record of their file (its statistics' minimum key tells
 /// whether a file holds one).
 pub(crate) const LEDGER_PREFIX: &str = "\0backfill.ledger:";
+
+/// The first bytes of the key of a version history keeps in a day's
+/// history rows; the version's own key follows. They sort after the
+/// ledger row's (a file's smallest key still tells whether it holds one).
+pub(crate) const VERSION_PREFIX: &str = "\0backfill.version:";
+
+/// The key of a day's history row recording a listing's instant (its
+/// `updated_at`).
+pub(crate) const LISTING_KEY: &str = "\0backfill.listing:";
+
+/// The table property saying that the table keeps history (`true`): once
+/// set, every writer keeps it, whatever it was opened with.
+pub(crate) const HISTORY_PROPERTY: &str = "backfill.history";
 
 /// The table's own columns, which every table of this store has.
 pub(crate) const OWN_COLUMNS: [&str; 5] = [KEY, EVENT_DATE, VALUE, UPDATED_AT, DELETED];
@@ -232,11 +246,16 @@ pub(crate) fn ledger_key(day: NaiveDate) -> String {
     format!("{LEDGER_PREFIX}{day}")
 }
 
-/// One row of a file, as read: a record or the day's ledger entry.
+/// One row of a file, as read: a record, the day's ledger entry, or a
+/// row of the day's history.
 #[derive(Debug, Clone)]
 pub(crate) enum Row {
     Record(Record),
     Ledger(LedgerEntry),
+    /// A version history keeps that the day's records do not hold.
+    Version(Version),
+    /// The instant of a listing of the day.
+    Listing(DateTime<Utc>),
 }
 
 impl Row {
@@ -245,6 +264,8 @@ impl Row {
         match self {
             Row::Record(record) => Row::record_size(record),
             Row::Ledger(_) => 512,
+            Row::Version(version) => Row::record_size(&version.record) + 16,
+            Row::Listing(_) => 16,
         }
     }
 
@@ -301,6 +322,19 @@ pub(crate) fn batch_rows(batch: &RecordBatch, day: NaiveDate, rows: &mut Vec<Row
         }
         let at = DateTime::<Utc>::from_timestamp_micros(instants.value(i))
             .ok_or_else(|| corrupt(format!("updated_at of {key:?} out of range")))?;
+        if key == LISTING_KEY {
+            rows.push(Row::Listing(at));
+            continue;
+        }
+        if let Some(key) = key.strip_prefix(VERSION_PREFIX) {
+            rows.push(Row::Version(VersionRow::decode(
+                key,
+                day,
+                at,
+                values.value(i),
+            )?));
+            continue;
+        }
         let record = if deleted.value(i) {
             Record::tombstone(key, day, at)
         } else {
@@ -377,6 +411,101 @@ pub(crate) fn records_batch<'a>(
     ];
     columns.extend(typed_columns);
     RecordBatch::try_new(file_schema(typed), columns).map_err(corrupt)
+}
+
+/// A day's share of history: the versions of its `event_date` that its
+/// records do not hold as they are (replaced, stale, buried, closed by a
+/// listing, purged), and the instants of its listings. With the day's
+/// records, which are each a version unless a version of the same key and
+/// instant here says otherwise, it is all of the day's history.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct DayHistory {
+    /// Ordered by key, then `updated_at`.
+    pub(crate) versions: Vec<Version>,
+    /// Ordered, each once.
+    pub(crate) listings: Vec<DateTime<Utc>>,
+}
+
+impl DayHistory {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.versions.is_empty() && self.listings.is_empty()
+    }
+
+    /// In the order its fields say, whatever order its rows were read in
+    /// (another engine may have compacted the file).
+    pub(crate) fn normalize(&mut self) {
+        self.versions.sort_by(|a, b| {
+            (a.record.key(), a.record.updated_at()).cmp(&(b.record.key(), b.record.updated_at()))
+        });
+        self.listings.sort_unstable();
+        self.listings.dedup();
+    }
+}
+
+/// A day's history rows as a batch: each listing, then each version, all
+/// with `deleted = true` (a reader's live-rows filter leaves them out) and
+/// NULL typed columns.
+pub(crate) fn history_batch(history: &DayHistory, typed: &Columns) -> Result<RecordBatch> {
+    let rows = history.listings.len() + history.versions.len();
+    let mut keys = StringBuilder::with_capacity(rows, rows * 48);
+    let mut values = StringBuilder::with_capacity(rows, rows * 64);
+    let mut instants = Vec::with_capacity(rows);
+    for at in &history.listings {
+        keys.append_value(LISTING_KEY);
+        values.append_value("");
+        instants.push(at.timestamp_micros());
+    }
+    for version in &history.versions {
+        keys.append_value(format!("{VERSION_PREFIX}{}", version.record.key()));
+        values.append_value(VersionRow::encode(version)?);
+        instants.push(version.record.updated_at().timestamp_micros());
+    }
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(keys.finish()),
+        Arc::new(values.finish()),
+        Arc::new(TimestampMicrosecondArray::from(instants).with_timezone("UTC")),
+        Arc::new(BooleanArray::from(vec![true; rows])),
+    ];
+    columns.extend(typed_arrays(typed, std::iter::empty(), rows)?);
+    RecordBatch::try_new(file_schema(typed), columns).map_err(corrupt)
+}
+
+/// A version's `value` in its history row: JSON, readable with any
+/// engine's JSON functions (`from_json`, `json_extract`).
+#[derive(Debug, Serialize, Deserialize)]
+struct VersionRow<'a> {
+    /// Whether the version is a tombstone.
+    deleted: bool,
+    /// The version's value as delivered (empty for a tombstone).
+    #[serde(borrow)]
+    value: std::borrow::Cow<'a, str>,
+    /// The first listing of its day that lacked it.
+    #[serde(default)]
+    absent_from: Option<DateTime<Utc>>,
+}
+
+impl VersionRow<'_> {
+    fn encode(version: &Version) -> Result<String> {
+        let row = VersionRow {
+            deleted: version.record.is_deleted(),
+            value: version.record.value().into(),
+            absent_from: version.absent_from,
+        };
+        serde_json::to_string(&row).map_err(corrupt)
+    }
+
+    fn decode(key: &str, day: NaiveDate, at: DateTime<Utc>, text: &str) -> Result<Version> {
+        let row: VersionRow<'_> = serde_json::from_str(text)
+            .map_err(|e| corrupt(format!("the history row of {key:?} in {day}: {e}")))?;
+        let record = match row.deleted {
+            true => Record::tombstone(key, day, at),
+            false => Record::new(key, day, row.value.into_owned(), at),
+        };
+        Ok(Version {
+            record: record.map_err(corrupt)?,
+            absent_from: row.absent_from,
+        })
+    }
 }
 
 /// The day's ledger entry as the `value` of its ledger row: JSON, readable
@@ -528,5 +657,51 @@ mod tests {
         entry.listing_watermark = Some(at);
         let text = LedgerRow::encode(&entry).unwrap();
         assert_eq!(LedgerRow::decode(day, &text).unwrap(), entry);
+    }
+
+    #[test]
+    fn history_rows_read_back_as_written_and_are_tombstones_to_readers() {
+        let day = NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
+        let at =
+            |micros: i64| DateTime::from_timestamp_micros(1_772_000_000_000_000 + micros).unwrap();
+        let history = DayHistory {
+            versions: vec![
+                Version {
+                    record: Record::new("a", day, r#"{"s":"quote \" and \\","n":1e400}"#, at(1))
+                        .unwrap(),
+                    absent_from: Some(at(9)),
+                },
+                Version {
+                    record: Record::tombstone("a", day, at(5)).unwrap(),
+                    absent_from: None,
+                },
+                Version {
+                    record: Record::new("b:ü", day, "plain text", at(2)).unwrap(),
+                    absent_from: None,
+                },
+            ],
+            listings: vec![at(9), at(20)],
+        };
+        let batch = history_batch(&history, &Columns::default()).unwrap();
+        let deleted = batch
+            .column_by_name(DELETED)
+            .unwrap()
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .unwrap()
+            .clone();
+        assert!(deleted.iter().all(|d| d == Some(true)));
+        let mut rows = Vec::new();
+        batch_rows(&batch, day, &mut rows).unwrap();
+        let mut read = DayHistory::default();
+        for row in rows {
+            match row {
+                Row::Version(v) => read.versions.push(v),
+                Row::Listing(at) => read.listings.push(at),
+                other => panic!("{other:?}"),
+            }
+        }
+        read.normalize();
+        assert_eq!(read, history);
     }
 }

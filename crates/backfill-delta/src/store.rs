@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use backfill_core::columns::{Column, ColumnType, Columns};
+use backfill_core::history::{history_of, one_per_instant, HistoryParts, HistoryRow, Version};
 use backfill_core::{
     Counts, DayFailure, DayWrite, Digest, Error, LedgerEntry, MemoryStore, Record, Store,
 };
@@ -16,7 +17,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use delta_kernel::engine::arrow_conversion::TryIntoArrow;
 use deltalake::kernel::{Action, MetadataExt, StructType};
 use deltalake::operations::create::CreateBuilder;
-use deltalake::protocol::SaveMode;
+use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::writer::RecordBatchWriter;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError, ObjectStore};
 use tokio::sync::Mutex;
@@ -28,8 +29,8 @@ use crate::commit::{
 use crate::error::{backend, corrupt, open, Result, BACKEND};
 use crate::paged::{self, Paging};
 use crate::rows::{
-    check_typed, columns_property, declared, delta_columns, recorded_columns, COLUMNS_PROPERTY,
-    EVENT_DATE, OWN_COLUMNS,
+    check_typed, columns_property, declared, delta_columns, recorded_columns, DayHistory,
+    COLUMNS_PROPERTY, EVENT_DATE, HISTORY_PROPERTY, OWN_COLUMNS,
 };
 use crate::table::{Cache, DayRows, Files, Probe, Reader};
 
@@ -62,6 +63,8 @@ pub struct DeltaStore {
     paging: Paging,
     /// Days being applied through this store now.
     applying: AtomicUsize,
+    /// How many rows history started from, when opening turned it on.
+    history_started_with: Option<u64>,
 }
 
 impl fmt::Debug for DeltaStore {
@@ -87,6 +90,7 @@ pub struct DeltaStoreBuilder {
     storage_options: HashMap<String, String>,
     columns: Vec<Column>,
     allow_column_changes: bool,
+    history: bool,
     paging: Paging,
 }
 
@@ -127,6 +131,15 @@ impl DeltaStoreBuilder {
         self
     }
 
+    /// Whether the table keeps [history](crate#history): every version of
+    /// every key, read with [`Store::history`] and [`Store::as_of`]. Off
+    /// by default; once a table keeps it, it always does (the table
+    /// property `backfill.history`), whoever opens it.
+    pub fn history(mut self, on: bool) -> Self {
+        self.history = on;
+        self
+    }
+
     /// How many records of a streamed day are decided at once, and how many
     /// of its stored rows (50 000 of each by default): for tests that take
     /// a small day through the pages a large one is read in.
@@ -153,6 +166,7 @@ impl DeltaStoreBuilder {
             &self.location,
             self.storage_options,
             Some((columns, self.allow_column_changes)),
+            self.history,
         )
         .await?;
         Ok(DeltaStore {
@@ -183,6 +197,7 @@ impl DeltaStore {
             storage_options: HashMap::new(),
             columns: Vec::new(),
             allow_column_changes: false,
+            history: false,
             paging: Paging::default(),
         }
     }
@@ -216,15 +231,17 @@ impl DeltaStore {
         location: &str,
         storage_options: HashMap<String, String>,
     ) -> Result<Self> {
-        Self::open_table(location, storage_options, None).await
+        Self::open_table(location, storage_options, None, false).await
     }
 
     /// Opens the table; with `declared` (the typed columns, and whether
-    /// they may change the table's), creating it if there is none.
+    /// they may change the table's), creating it if there is none; with
+    /// `history`, keeping history from now on.
     async fn open_table(
         location: &str,
         storage_options: HashMap<String, String>,
         declared: Option<(Columns, bool)>,
+        history: bool,
     ) -> Result<Self> {
         let create = declared.is_some();
         if !create && !location.contains("://") && !std::path::Path::new(location).is_dir() {
@@ -260,10 +277,13 @@ impl DeltaStore {
                 .with_partition_columns([EVENT_DATE])
                 // The store's own property, not one of Delta's.
                 .with_raise_if_key_not_exists(false)
-                .with_configuration([(
-                    COLUMNS_PROPERTY,
-                    declared.as_ref().map(|d| columns_property(&d.0)),
-                )])
+                .with_configuration([
+                    (
+                        COLUMNS_PROPERTY,
+                        declared.as_ref().map(|d| columns_property(&d.0)),
+                    ),
+                    (HISTORY_PROPERTY, history.then(|| "true".to_owned())),
+                ])
                 .with_save_mode(SaveMode::Ignore)
                 .await;
             match made {
@@ -297,7 +317,7 @@ impl DeltaStore {
                 (table, Columns::new(columns)?)
             }
         };
-        Ok(Self {
+        let mut store = Self {
             location: shown,
             columns,
             table: Mutex::new(Latest {
@@ -307,7 +327,63 @@ impl DeltaStore {
             cache,
             paging: Paging::default(),
             applying: AtomicUsize::new(0),
-        })
+            history_started_with: None,
+        };
+        if history {
+            store.history_started_with = store.turn_on_history(created).await?;
+        }
+        Ok(store)
+    }
+
+    /// Turns history on for the table unless it keeps it already: how many
+    /// rows it starts from (its rows, one version each), `None` when it
+    /// was on. Nothing but the table property is written: each row of a
+    /// table that keeps history is a version of it unless the day's
+    /// history rows say otherwise.
+    async fn turn_on_history(&self, created: bool) -> Result<Option<u64>> {
+        for attempt in 1..=MAX_ATTEMPTS {
+            let table = self.latest().await?;
+            if keeps_history(&table)? {
+                return Ok(created.then_some(0));
+            }
+            let rows = self.all_records().await?.len() as u64;
+            let metadata = table
+                .snapshot()
+                .map_err(backend)?
+                .metadata()
+                .clone()
+                .add_config_key(HISTORY_PROPERTY.into(), "true".into())
+                .map_err(|e| open(e.to_string()))?;
+            let operation = DeltaOperation::SetTableProperties {
+                properties: HashMap::from([(HISTORY_PROPERTY.to_owned(), "true".to_owned())]),
+            };
+            let actions = vec![Action::Metadata(metadata)];
+            match commit(&self.cache, &table, actions, &ReadSet::default(), operation).await? {
+                Outcome::Committed(state) => {
+                    let mut latest = self.table.lock().await;
+                    latest.table.state = Some(*state);
+                    latest.seen = Instant::now();
+                    return Ok(Some(rows));
+                }
+                Outcome::Lost => {
+                    tokio::time::sleep(Duration::from_millis(u64::from(attempt.min(20)))).await;
+                }
+            }
+        }
+        Err(gave_up("turning history on"))
+    }
+
+    /// Whether the table keeps history (the table property, as the latest
+    /// snapshot this store read has it).
+    pub async fn keeps_history(&self) -> Result<bool> {
+        keeps_history(&self.table.lock().await.table)
+    }
+
+    /// When opening turned history on for the table: how many rows it
+    /// started from, one version each (0 for a new table). `None` when
+    /// the table kept history already, or keeps none.
+    pub fn history_started_with(&self) -> Option<u64> {
+        self.history_started_with
     }
 
     /// The typed columns, in the table's order.
@@ -543,6 +619,12 @@ impl DeltaStore {
                 }
             };
             let (table, reused) = self.latest_or_fresh(attempt == 1).await?;
+            if keeps_history(&table)? {
+                // History is decided with the day's versions, in memory.
+                day.rewind()?;
+                let records = day.read_all()?;
+                return self.apply_whole(day, records).await;
+            }
             let files = Files::of(&table)?;
             let store = table.object_store();
             let reader = self.reader(&store);
@@ -600,33 +682,40 @@ impl DeltaStore {
             whole.extend(self.reader(&store).days_holding(elsewhere, probe).await?);
         }
         let old = self.read_whole(table, files, &whole).await?;
-        // The reference store decides: the same rows, counts and ledger
-        // entry as every other store.
-        let memory = MemoryStore::from_parts(
+        // The reference store decides: the same rows, counts, ledger entry
+        // and history as every other store.
+        let mut memory = MemoryStore::from_parts(
             old.values().flat_map(|rows| rows.records.values().cloned()),
             old.values().filter_map(|rows| rows.ledger.clone()),
         );
-        let (counts, rows, ledger) = memory.apply_into_parts(day, records)?;
+        if keeps_history(table)? {
+            memory = memory.with_history_parts(history_parts(&old));
+        }
+        let applied = memory.apply_into_all(day, records)?;
         let mut new: BTreeMap<NaiveDate, NewDay> = whole
             .iter()
             .map(|&d| {
                 let day = NewDay {
                     records: Vec::new(),
                     ledger: None,
+                    history: None,
                 };
                 (d, day)
             })
             .collect();
-        for row in rows {
+        for row in applied.rows {
             let Some(to) = new.get_mut(&row.event_date()) else {
                 return Err(corrupt(format!("a row of an unread day: {row:?}")));
             };
             to.records.push(row);
         }
-        for entry in ledger {
+        for entry in applied.ledger {
             if let Some(to) = new.get_mut(&entry.day) {
                 to.ledger = Some(entry);
             }
+        }
+        if let Some(parts) = applied.history {
+            share_history(&mut new, parts)?;
         }
         Ok(Decision {
             old,
@@ -634,7 +723,7 @@ impl DeltaStore {
             keys: Some(probe),
             written: Vec::new(),
             ahead: None,
-            result: counts,
+            result: applied.counts,
         })
     }
 
@@ -648,15 +737,37 @@ impl DeltaStore {
         let all: BTreeSet<NaiveDate> = files.by_day.keys().copied().collect();
         let mut old = self.read_whole(table, files, &all).await?;
         let mut new = unchanged(&old);
+        let history = keeps_history(table)?;
         let mut purged = 0u64;
         let mut touched = BTreeSet::new();
         for (day, rows) in &mut new {
             let count = rows.records.len();
-            rows.records
-                .retain(|r| !(r.is_deleted() && r.updated_at() < before));
+            let mut gone = Vec::new();
+            rows.records.retain(|r| {
+                let purge = r.is_deleted() && r.updated_at() < before;
+                if purge && history {
+                    gone.push(r.clone());
+                }
+                !purge
+            });
             if rows.records.len() < count {
                 purged += (count - rows.records.len()) as u64;
                 touched.insert(*day);
+            }
+            if !gone.is_empty() {
+                // Purging never removes history: a tombstone that was its
+                // own version becomes a history row of its day.
+                let mut share = old[day].history.clone();
+                for record in gone {
+                    if share_holds(&share, &record).is_none() {
+                        share.versions.push(Version {
+                            record,
+                            absent_from: None,
+                        });
+                    }
+                }
+                share.normalize();
+                rows.history = Some(share);
             }
         }
         if purged > 0 {
@@ -674,7 +785,9 @@ impl DeltaStore {
             .iter()
             .filter(|(day, rows)| {
                 let before = &old[day];
-                before.ledger == rows.ledger && before.records.len() == rows.records.len()
+                before.ledger == rows.ledger
+                    && before.records.len() == rows.records.len()
+                    && rows.history.is_none()
             })
             .map(|(day, _)| *day)
             .collect();
@@ -707,6 +820,7 @@ impl DeltaStore {
         let to = new.entry(day).or_insert_with(|| NewDay {
             records: Vec::new(),
             ledger: None,
+            history: None,
         });
         let entry = to.ledger.get_or_insert_with(|| LedgerEntry::new(day));
         entry.failure = Some(failure.clone());
@@ -796,6 +910,102 @@ fn check_shape(table: &DeltaTable, location: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether `table` keeps history: its table property.
+fn keeps_history(table: &DeltaTable) -> Result<bool> {
+    let snapshot = table.snapshot().map_err(backend)?;
+    Ok(snapshot
+        .metadata()
+        .configuration()
+        .get(HISTORY_PROPERTY)
+        .is_some_and(|on| on == "true"))
+}
+
+/// Where `share` holds a version of `record`'s key and instant.
+fn share_holds(share: &DayHistory, record: &Record) -> Option<usize> {
+    share
+        .versions
+        .binary_search_by(|v| {
+            (v.record.key(), v.record.updated_at()).cmp(&(record.key(), record.updated_at()))
+        })
+        .ok()
+}
+
+/// Every version of a day: its history rows, and each of its records
+/// whose key and instant no history row holds, as delivered.
+fn day_versions(rows: &DayRows) -> impl Iterator<Item = Version> + '_ {
+    let shared = rows.history.versions.iter().cloned();
+    let own = rows
+        .records
+        .values()
+        .filter(|record| share_holds(&rows.history, record).is_none())
+        .map(|record| Version {
+            record: record.clone(),
+            absent_from: None,
+        });
+    shared.chain(own)
+}
+
+/// The history of the days `old` read, for the reference store.
+fn history_parts(old: &BTreeMap<NaiveDate, DayRows>) -> HistoryParts {
+    let mut parts = HistoryParts::default();
+    for (day, rows) in old {
+        parts.versions.extend(day_versions(rows));
+        parts
+            .listings
+            .extend(rows.history.listings.iter().map(|at| (*day, *at)));
+    }
+    parts
+}
+
+/// Gives each day of `new` its share of `parts` (the history of the days
+/// a write read, as the reference store left it): its listings, and its
+/// versions other than those its new records are, as delivered.
+fn share_history(new: &mut BTreeMap<NaiveDate, NewDay>, parts: HistoryParts) -> Result<()> {
+    let mut shares: BTreeMap<NaiveDate, DayHistory> = new
+        .keys()
+        .map(|day| (*day, DayHistory::default()))
+        .collect();
+    for (day, at) in parts.listings {
+        let Some(share) = shares.get_mut(&day) else {
+            return Err(corrupt(format!("a listing of an unread day: {day}")));
+        };
+        share.listings.push(at);
+    }
+    let mut rows_kept: BTreeMap<NaiveDate, usize> = BTreeMap::new();
+    for version in parts.versions {
+        let day = version.record.event_date();
+        let (Some(share), Some(to)) = (shares.get_mut(&day), new.get(&day)) else {
+            return Err(corrupt(format!("a version of an unread day: {version:?}")));
+        };
+        let is_row = version.absent_from.is_none()
+            && to
+                .records
+                .binary_search_by(|r| r.key().cmp(version.record.key()))
+                .is_ok_and(|i| to.records[i] == version.record);
+        match is_row {
+            true => *rows_kept.entry(day).or_default() += 1,
+            false => share.versions.push(version),
+        }
+    }
+    for (day, mut share) in shares {
+        share.normalize();
+        let to = new.get_mut(&day).expect("a share of each day");
+        // Each record is a version of its day, unless a history row of its
+        // key and instant says which version that instant had: read back,
+        // the day's history is the one decided.
+        debug_assert_eq!(
+            to.records
+                .iter()
+                .filter(|r| share_holds(&share, r).is_none())
+                .count(),
+            rows_kept.get(&day).copied().unwrap_or_default(),
+            "the records of {day} are each a version or a history row's"
+        );
+        to.history = Some(share);
+    }
+    Ok(())
+}
+
 /// `old`'s days as they are, ready to be changed.
 fn unchanged(old: &BTreeMap<NaiveDate, DayRows>) -> BTreeMap<NaiveDate, NewDay> {
     old.iter()
@@ -803,6 +1013,7 @@ fn unchanged(old: &BTreeMap<NaiveDate, DayRows>) -> BTreeMap<NaiveDate, NewDay> 
             let new = NewDay {
                 records: rows.records.values().cloned().collect(),
                 ledger: rows.ledger.clone(),
+                history: None,
             };
             (*day, new)
         })
@@ -897,6 +1108,23 @@ impl Store for DeltaStore {
         let store = table.object_store();
         let read = self.reader(&store).days(chosen).await?;
         Ok(read.into_values().filter_map(|rows| rows.ledger).collect())
+    }
+
+    async fn history(&self) -> Result<Vec<HistoryRow>> {
+        let table = self.latest().await?;
+        if !keeps_history(&table)? {
+            return Err(Error::HistoryOff);
+        }
+        let files = Files::of(&table)?;
+        let store = table.object_store();
+        let days = self
+            .reader(&store)
+            .days(files.all().cloned().collect())
+            .await?;
+        // A key's versions of one instant under two days (it moved between
+        // them): the one that wins.
+        let versions = one_per_instant(days.values().flat_map(day_versions));
+        Ok(history_of(&versions))
     }
 
     async fn record_failure(&self, day: NaiveDate, failure: &DayFailure) -> Result<()> {

@@ -14,7 +14,7 @@ use futures_util::{stream, StreamExt, TryStreamExt};
 use std::sync::Arc;
 
 use crate::error::{backend, corrupt, Result};
-use crate::rows::{batch_rows, Row, EVENT_DATE, KEY, LEDGER_PREFIX};
+use crate::rows::{batch_rows, DayHistory, Row, EVENT_DATE, KEY, LEDGER_PREFIX};
 
 /// How many files are read at once.
 const READ_AHEAD: usize = 8;
@@ -40,11 +40,12 @@ pub(crate) struct DataFile {
 
 impl DataFile {
     /// Whether the file may hold a ledger row (the smallest key of a file
-    /// that holds one starts with a NUL; a file without statistics may).
+    /// that holds one is the ledger row's: history rows sort after it; a
+    /// file without statistics may).
     pub(crate) fn may_hold_ledger(&self) -> bool {
-        self.min_key
-            .as_ref()
-            .is_none_or(|min| min.starts_with('\0') || LEDGER_PREFIX.starts_with(min.as_str()))
+        self.min_key.as_ref().is_none_or(|min| {
+            min.starts_with(LEDGER_PREFIX) || LEDGER_PREFIX.starts_with(min.as_str())
+        })
     }
 
     /// Whether the file may hold a record whose key is in `first..=last`.
@@ -120,10 +121,12 @@ fn key_range(stats: &str) -> (Option<String>, Option<(String, String)>) {
     // Statistics may truncate a long key: a truncated minimum is a prefix
     // of the smallest key, still a lower bound; the maximum is then no
     // bound.
+    // A maximum starting with a NUL, truncated or not, bounds a file of the
+    // store's own rows, whose keys all do (no record's key holds a NUL).
     let range = min
         .clone()
         .zip(max)
-        .filter(|(_, max)| max.chars().count() < 32);
+        .filter(|(_, max)| max.chars().count() < 32 || max.starts_with('\0'));
     (min, range)
 }
 
@@ -134,8 +137,31 @@ pub(crate) struct DayRows {
     pub(crate) records: BTreeMap<String, Record>,
     /// Its ledger entry.
     pub(crate) ledger: Option<LedgerEntry>,
-    /// Its files, and what each holds: (file, records, a ledger row).
-    pub(crate) files: Vec<(DataFile, bool, bool)>,
+    /// Its share of history (empty for a table that keeps none).
+    pub(crate) history: DayHistory,
+    /// Its files, and what each holds.
+    pub(crate) files: Vec<(DataFile, Kinds)>,
+}
+
+/// The kinds of row a file holds. The store writes each kind to files of
+/// its own; another engine's compaction may put them together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Kinds {
+    pub(crate) records: bool,
+    pub(crate) ledger: bool,
+    pub(crate) history: bool,
+}
+
+impl Kinds {
+    /// Whether it holds more than one kind.
+    pub(crate) fn mixed(self) -> bool {
+        u8::from(self.records) + u8::from(self.ledger) + u8::from(self.history) > 1
+    }
+
+    /// Whether it holds none.
+    pub(crate) fn none(self) -> bool {
+        !(self.records || self.ledger || self.history)
+    }
 }
 
 /// The keys a day's write brings, to look for in other days' files: a
@@ -235,7 +261,7 @@ impl FileRows {
             .iter()
             .filter_map(|row| match row {
                 Row::Record(record) => Some(key_hash(record.key())),
-                Row::Ledger(_) => None,
+                _ => None,
             })
             .collect();
         hashes.sort_unstable();
@@ -253,7 +279,7 @@ impl FileRows {
         meet(&self.hashes, &probe.hashes)
             && self.rows.iter().any(|row| match row {
                 Row::Record(record) => probe.contains(record.key()),
-                Row::Ledger(_) => false,
+                _ => false,
             })
     }
 }
@@ -360,25 +386,36 @@ impl Reader<'_> {
         let mut days: BTreeMap<NaiveDate, DayRows> = BTreeMap::new();
         for (file, rows) in read {
             let day = days.entry(file.day).or_default();
-            let (mut records, mut ledger) = (false, false);
+            let mut kinds = Kinds::default();
             for row in &rows.rows {
                 match row {
                     Row::Record(record) => {
-                        records = true;
+                        kinds.records = true;
                         let key = record.key().to_owned();
                         if day.records.insert(key, record.clone()).is_some() {
                             return Err(corrupt(format!("a key twice in day {}", file.day)));
                         }
                     }
                     Row::Ledger(entry) => {
-                        ledger = true;
+                        kinds.ledger = true;
                         if day.ledger.replace(entry.clone()).is_some() {
                             return Err(corrupt(format!("two ledger rows for {}", file.day)));
                         }
                     }
+                    Row::Version(version) => {
+                        kinds.history = true;
+                        day.history.versions.push(version.clone());
+                    }
+                    Row::Listing(at) => {
+                        kinds.history = true;
+                        day.history.listings.push(*at);
+                    }
                 }
             }
-            day.files.push((file, records, ledger));
+            day.files.push((file, kinds));
+        }
+        for day in days.values_mut() {
+            day.history.normalize();
         }
         Ok(days)
     }

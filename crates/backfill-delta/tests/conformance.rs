@@ -19,10 +19,22 @@ backfill_core::conformance_tests!(with_guard: async {
     (store, dir)
 });
 
-/// History is kept by the SQLite and Postgres stores; each of its cases is
-/// listed here as ignored, with the reason, until this store keeps it.
+/// Every history case on a local table keeping history; streamed days in
+/// pages of 3 (a table keeping history decides a streamed day whole).
 mod history {
-    backfill_core::history_conformance_tests!(unsupported: "the Delta store keeps no history yet");
+    use backfill_delta::DeltaStore;
+
+    backfill_core::history_conformance_tests!(with_guard: async {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let location = dir.path().join("table");
+        let store = DeltaStore::builder(location.to_str().unwrap())
+            .history(true)
+            .page_rows(3)
+            .open()
+            .await
+            .expect("opening the table");
+        (store, dir)
+    });
 }
 
 /// The typed-column cases on a local table, its columns read back from

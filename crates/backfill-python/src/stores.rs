@@ -331,20 +331,23 @@ pub(crate) struct PyDeltaStore {
 #[pymethods]
 impl PyDeltaStore {
     /// `DeltaStore(uri, storage_options=None, columns=[],
-    /// allow_column_changes=False)`: `uri` a local directory, a `file://`
-    /// URL or an `s3://bucket/path` prefix; `storage_options` as delta-rs
-    /// (and Python's `deltalake`) name them (`aws_endpoint_url`,
-    /// `aws_region`, …, over the AWS environment variables); `columns` and
-    /// `allow_column_changes` as `SqliteStore`'s, the columns real Delta
-    /// types (`indexed` has no meaning on a Delta table).
+    /// allow_column_changes=False, history=False)`: `uri` a local
+    /// directory, a `file://` URL or an `s3://bucket/path` prefix;
+    /// `storage_options` as delta-rs (and Python's `deltalake`) name them
+    /// (`aws_endpoint_url`, `aws_region`, …, over the AWS environment
+    /// variables); `columns` and `allow_column_changes` as `SqliteStore`'s,
+    /// the columns real Delta types (`indexed` has no meaning on a Delta
+    /// table); `history` keeps every version of every key in the table
+    /// (once on, always on), read with `history()` and `as_of(instant)`.
     #[new]
-    #[pyo3(signature = (uri, storage_options=None, columns=None, allow_column_changes=false))]
+    #[pyo3(signature = (uri, storage_options=None, columns=None, allow_column_changes=false, history=false))]
     fn new(
         py: Python<'_>,
         uri: std::path::PathBuf,
         storage_options: Option<std::collections::HashMap<String, String>>,
         columns: Option<Vec<String>>,
         allow_column_changes: bool,
+        history: bool,
     ) -> PyResult<Self> {
         let uri = uri
             .to_str()
@@ -357,6 +360,7 @@ impl PyDeltaStore {
                 .storage_options(options)
                 .columns(columns)
                 .allow_column_changes(allow_column_changes)
+                .history(history)
                 .open()
                 .await
         })?;

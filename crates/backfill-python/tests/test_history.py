@@ -1,4 +1,5 @@
-"""History from Python: `history=True` on each store, `as_of` reading the
+"""History from Python: `history=True` on each store (the Delta table's
+too), `as_of` reading the
 table as it was, `history()` every version with when it was valid, the same
 whatever order the days arrive in; a store without history says so."""
 
@@ -20,6 +21,8 @@ def _store(kind, tmp_path, name="pipeline.db"):
         return backfill.MemoryStore(history=True)
     if kind == "sqlite":
         return backfill.SqliteStore(str(tmp_path / name), history=True)
+    if kind == "delta":
+        return backfill.DeltaStore(str(tmp_path / name.replace(".db", "")), history=True)
     url = os.environ.get("BACKFILL_PG_URL")
     if not url:
         if os.environ.get("CI"):
@@ -43,7 +46,7 @@ def _sync(store, order):
         job.sync_one_day(store, lambda d: DAYS[d], day)
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres", "delta"])
 def test_history_is_the_same_in_any_order_and_as_of_reads_it(kind, tmp_path):
     days = sorted(DAYS)
     forward = _store(kind, tmp_path, "forward.db")
@@ -87,3 +90,32 @@ def test_history_stays_on_and_starts_from_the_rows(tmp_path):
     again = backfill.SqliteStore(path)
     _sync(again, sorted(DAYS)[1:])
     assert len(again.history()) == 3
+
+
+def test_a_delta_table_keeps_history_once_on_and_readers_see_only_live_rows(tmp_path):
+    path = str(tmp_path / "orders")
+    plain = backfill.DeltaStore(path)
+    _sync(plain, sorted(DAYS)[:1])
+    with pytest.raises(backfill.StoreError, match="keeps no history"):
+        plain.history()
+    store = backfill.DeltaStore(path, history=True)
+    assert [r.value for r in store.history()] == ['{"status":"open"}']
+    # Opened without `history`, the table keeps it all the same.
+    again = backfill.DeltaStore(path)
+    _sync(again, sorted(DAYS)[1:])
+    assert [r.value for r in again.history()] == [
+        '{"status":"open"}',
+        '{"status":"paid"}',
+        '{"status":"shipped"}',
+    ]
+    assert again.as_of(at(10, 2)) == [again.history()[0].record]
+    # Any reader's live-rows filter leaves the history rows out.
+    try:
+        import deltalake
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set and deltalake is not installed")
+        pytest.skip("deltalake is not installed")
+    table = deltalake.DeltaTable(path).to_pyarrow_table()
+    rows = zip(table["key"].to_pylist(), table["value"].to_pylist(), table["deleted"].to_pylist())
+    assert [(k, v) for k, v, deleted in rows if not deleted] == [("order:1", '{"status":"shipped"}')]

@@ -107,10 +107,10 @@ pub(crate) async fn history(
         .await
         .map_err(|e| e.to_string())?
         .len() as u64;
-    let (tables, what) = target.tables_written_by_history();
+    let (writes, what) = target.lookback_writes_with_history(changed, u64::from(s.per_day));
     let lookback_ok = lookback.counts.updated == changed
         && versions_after == s.rows() + changed
-        && lookback.written == changed * tables;
+        && lookback.written == writes;
 
     let first = Measurement {
         rows: s.rows(),

@@ -111,7 +111,7 @@ impl Env {
         self.fresh_table(pool, columns, false).await
     }
 
-    /// A fresh, empty table that keeps history (SQLite and Postgres).
+    /// A fresh, empty table that keeps history.
     pub(crate) async fn fresh_with_history(&mut self, pool: usize) -> Result<Target, String> {
         self.fresh_table(pool, Vec::new(), true).await
     }
@@ -152,6 +152,7 @@ impl Env {
                 let path = self.dir.path().join(format!("bench-{n}"));
                 let store = DeltaStore::builder(path.display().to_string())
                     .columns(columns)
+                    .history(history)
                     .open()
                     .await
                     .map_err(|e| e.to_string())?;
@@ -387,20 +388,30 @@ impl Target {
         }
     }
 
-    /// How many tables a written version lands in when the table keeps
-    /// history (the records table, and history's versions), and what
-    /// `rows_written` counts, for a detail line.
-    pub(crate) fn tables_written_by_history(&self) -> (u64, &'static str) {
+    /// The rows a re-fetched day of `day_rows` records, `changed` of them
+    /// newer, writes into a table keeping history (each changed record,
+    /// and the version it replaced in history), and what `rows_written`
+    /// counts, for a detail line.
+    pub(crate) fn lookback_writes_with_history(
+        &self,
+        changed: u64,
+        day_rows: u64,
+    ) -> (u64, &'static str) {
         match self {
             Target::Sqlite { .. } => (
-                2,
+                2 * changed,
                 "rows written: SQLite's changes in every table, the ledger's left out",
             ),
             Target::Postgres(_) => (
-                2,
+                2 * changed,
                 "rows written: tuples of the records table and of history's tables",
             ),
-            _ => (1, "rows written: the records"),
+            Target::Delta { .. } => (
+                day_rows + changed,
+                "rows written: rows of the files added, the ledger's left out; the day's \
+                 records file is rewritten whole, its history file holds the replaced versions",
+            ),
+            Target::Memory(_) => (0, "rows written: not counted"),
         }
     }
 
