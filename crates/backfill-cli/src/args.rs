@@ -410,6 +410,17 @@ pub(crate) struct RunArgs {
     /// stderr).
     #[arg(long)]
     pub(crate) json: bool,
+    /// Write the run's numbers to this file in Prometheus' text format
+    /// (days by outcome, records by kind, the duration, the last success),
+    /// atomically: for the node exporter's textfile collector
+    /// (`--collector.textfile.directory`; name it `*.prom`).
+    #[arg(long, env = "BACKFILL_METRICS_FILE", value_name = "PATH")]
+    pub(crate) metrics_file: Option<std::path::PathBuf>,
+    /// Push the same numbers to a Prometheus Pushgateway at this URL (its
+    /// group: job `backfill`, the table's name). A push that fails is a
+    /// warning: the run's exit status is the run's.
+    #[arg(long, env = "BACKFILL_METRICS_PUSH", value_name = "URL")]
+    pub(crate) metrics_push: Option<String>,
     /// The effective settings (`config::resolve`), which the job is built
     /// from.
     #[arg(skip)]

@@ -139,7 +139,7 @@ async fn execute(
         resume.clone(),
     ));
 
-    let outcome = job.backfill(&*store, &*fetch, days).await;
+    let outcome = job.backfill(&*store, &*fetch, days.clone()).await;
     interrupts.abort();
     output.finish();
     let (report, cannot_run): (RunReport, _) = match outcome {
@@ -154,6 +154,7 @@ async fn execute(
         Err(error) => return Err(Failure::store(&error, error.to_string())),
     };
     output.report(&report);
+    export_metrics(args, &*store, &report, &days).await?;
     if let Some(failure) = cannot_run {
         return Err(failure);
     }
@@ -171,6 +172,49 @@ async fn execute(
     } else {
         EXIT_OK
     })
+}
+
+/// Writes the run's metrics file and pushes them, when asked to: a file
+/// that cannot be written is an error (the collector would read the last
+/// run's numbers as this one's); a push that fails is a warning.
+async fn export_metrics(
+    args: &RunArgs,
+    store: &dyn Store,
+    report: &RunReport,
+    days: &RangeInclusive<NaiveDate>,
+) -> Result<(), Failure> {
+    if args.metrics_file.is_none() && args.metrics_push.is_none() {
+        return Ok(());
+    }
+    let table = store::table_label(&args.store);
+    // The last success is the ledger's: a run that synced nothing still
+    // says when a day last did.
+    let last_success = match store.ledger(days.clone()).await {
+        Ok(entries) => entries
+            .iter()
+            .filter_map(|entry| entry.synced.as_ref().map(|synced| synced.at))
+            .max(),
+        Err(e) => {
+            eprintln!("warning: cannot read the ledger for the metrics: {e}");
+            None
+        }
+    };
+    let metrics = crate::metrics::RunMetrics {
+        table: &table,
+        report,
+        ended: chrono::Utc::now(),
+        last_success,
+    };
+    let text = metrics.text()?;
+    if let Some(path) = &args.metrics_file {
+        crate::metrics::write_file(path, &text)?;
+    }
+    if let Some(url) = &args.metrics_push {
+        if let Err(why) = crate::metrics::push(url, &table, text).await {
+            eprintln!("warning: {why}");
+        }
+    }
+    Ok(())
 }
 
 /// When the run stopped because the fetch cannot run at all (the job saw a

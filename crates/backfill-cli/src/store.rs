@@ -130,6 +130,16 @@ pub(crate) enum Access {
     Read,
 }
 
+/// The table `args` name, as a metric's label: the table (`schema.table`
+/// on Postgres), or a Delta table's location without credentials.
+pub(crate) fn table_label(args: &StoreArgs) -> String {
+    match StoreUrl::parse(&args.store) {
+        Ok(StoreUrl::Postgres(_)) => format!("{}.{}", args.schema, args.table),
+        Ok(StoreUrl::Delta(_)) => redact(&args.store),
+        _ => args.table.clone(),
+    }
+}
+
 /// Opens the store `args` name.
 pub(crate) async fn open(args: &StoreArgs, access: Access) -> Result<Box<dyn Store>, Failure> {
     let url = StoreUrl::parse(&args.store).map_err(|e| Failure::Config(e.to_string()))?;

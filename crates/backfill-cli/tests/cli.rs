@@ -2197,3 +2197,170 @@ async fn history_from_the_command_line() {
         );
     }
 }
+
+/// A one-request HTTP receiver on loopback: the request it got (head and
+/// body), answered `200 OK`.
+struct Receiver {
+    url: String,
+    got: std::sync::mpsc::Receiver<(String, String)>,
+}
+
+impl Receiver {
+    fn start() -> Self {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (send, got) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                if line == "\r\n" || line.is_empty() {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().unwrap())
+                })
+                .expect("a body of known length");
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            let mut stream = stream;
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            send.send((head, String::from_utf8(body).unwrap())).unwrap();
+        });
+        Receiver { url, got }
+    }
+
+    fn request(&self) -> (String, String) {
+        self.got
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("a request")
+    }
+}
+
+/// `--metrics-file` and `--metrics-push`: the run's numbers in Prometheus'
+/// text format, read by a Prometheus text parser, equal to the JSON report;
+/// the same text pushed to a Pushgateway's group of the table; a receiver
+/// that is down is a warning, and the run's exit status stays its own.
+#[test]
+fn metrics_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    for d in 1..=3 {
+        let day = jan(d);
+        let lines: Vec<String> = (0..4)
+            .map(|i| {
+                format!(
+                    r#"{{"key":"o:{day}:{i}","event_date":"{day}","value":{i},"updated_at":"{day}T09:00:00Z"}}"#
+                )
+            })
+            .collect();
+        let mut text = lines.join("\n");
+        if d == 2 {
+            text.push_str("\nnot json");
+        }
+        std::fs::write(dir.path().join(format!("{day}.jsonl")), text).unwrap();
+    }
+    std::fs::create_dir(dir.path().join("metrics")).unwrap();
+    let receiver = Receiver::start();
+    let started = chrono::Utc::now().timestamp() as f64;
+    let output = run(range(&mut backfill(dir.path()), 1, 3).args([
+        "--fetch-files",
+        "{day}.jsonl",
+        "--json",
+        "--metrics-file",
+        "metrics/orders.prom",
+        "--metrics-push",
+        &receiver.url,
+    ]));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let report = json(&output);
+    let file = std::fs::read_to_string(dir.path().join("metrics/orders.prom")).unwrap();
+    let scrape = prometheus_parse::Scrape::parse(file.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    let value = |metric: &str, label: Option<(&str, &str)>| -> f64 {
+        let found: Vec<f64> = scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == metric)
+            .filter(|s| s.labels.get("table") == Some("backfill_records"))
+            .filter(|s| label.is_none_or(|(name, value)| s.labels.get(name) == Some(value)))
+            .map(|s| match s.value {
+                prometheus_parse::Value::Gauge(v) => v,
+                ref other => panic!("{metric} is {other:?}, not a gauge"),
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{metric} {label:?} in\n{file}");
+        found[0]
+    };
+    let days = |outcome| value("backfill_run_days", Some(("outcome", outcome)));
+    assert_eq!(days("synced"), 2.0);
+    assert_eq!(days("failed"), 1.0);
+    assert_eq!(days("skipped"), 0.0);
+    assert_eq!(days("not_started"), 0.0);
+    assert_eq!(report["failed"].as_array().unwrap().len(), 1);
+    let (inserted, written) = totals(&report);
+    assert_eq!(inserted, 8);
+    assert_eq!(
+        value("backfill_run_rows", Some(("kind", "inserted"))),
+        inserted as f64
+    );
+    let changed: f64 = ["inserted", "updated", "deleted"]
+        .iter()
+        .map(|kind| value("backfill_run_rows", Some(("kind", kind))))
+        .sum();
+    assert_eq!(changed, written as f64);
+    let elapsed = report["elapsed_ms"].as_f64().unwrap() / 1000.0;
+    assert!((value("backfill_run_duration_seconds", None) - elapsed).abs() < 0.002);
+    let ended = value("backfill_run_end_timestamp_seconds", None);
+    let success = value("backfill_last_success_timestamp_seconds", None);
+    assert!(started - 1.0 <= success && success <= ended, "{file}");
+
+    // The same text, to the table's group.
+    let (head, body) = receiver.request();
+    let first = head.lines().next().unwrap();
+    assert_eq!(
+        first,
+        "PUT /metrics/job/backfill/table@base64/YmFja2ZpbGxfcmVjb3Jkcw HTTP/1.1"
+    );
+    assert_eq!(body, file);
+
+    // A Pushgateway that is down: a warning, and the run's exit status is
+    // its own; the file is replaced whole, nothing left beside it.
+    let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", down.local_addr().unwrap());
+    drop(down);
+    let output = run(range(&mut backfill(dir.path()), 3, 3).args([
+        "--fetch-files",
+        "{day}.jsonl",
+        "--metrics-file",
+        "metrics/orders.prom",
+        "--metrics-push",
+        &url,
+    ]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    assert!(
+        text(&output.stderr).contains("warning: cannot push the metrics"),
+        "{}",
+        show(&output)
+    );
+    let again = std::fs::read_to_string(dir.path().join("metrics/orders.prom")).unwrap();
+    assert!(
+        again.contains(r#"backfill_run_days{outcome="synced",table="backfill_records"} 1"#),
+        "{again}"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("metrics"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers, ["orders.prom"]);
+}
