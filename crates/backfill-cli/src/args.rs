@@ -533,6 +533,10 @@ pub(crate) enum StatusFormat {
     Table,
     /// The ledger as JSON.
     Json,
+    /// One self-contained HTML page (no network needed): a calendar of
+    /// every month, the failed days with their errors, every day's counts
+    /// and run. `backfill status --format html > status.html`.
+    Html,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -90,6 +90,7 @@ pub mod fetch;
 pub mod jsonl;
 mod metrics;
 mod output;
+mod page;
 mod reach;
 mod run;
 mod status;

@@ -1,7 +1,8 @@
 //! `backfill status`: the ledger at a glance. A calendar on a terminal (a
 //! row per month, a cell per day, fitted to its width), the library's
 //! table in a pipe (a run of missing days on one line, then the totals),
-//! every day on its line with `--format table`, or the ledger as JSON.
+//! every day on its line with `--format table`, the ledger as JSON, or a
+//! page a person opens (`--format html`, see the `page` module).
 
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
@@ -58,6 +59,11 @@ pub(crate) async fn run(mut args: StatusArgs, resolved: &Resolved) -> Result<u8,
             json
         }
         StatusFormat::Table => table(&status),
+        StatusFormat::Html => crate::page::page(
+            &status,
+            &store::table_label(&args.store),
+            chrono::Utc::now(),
+        ),
         // The library's own table: a run of missing days on one line, the
         // totals at the end.
         StatusFormat::Summary => format!("{status}\n"),
@@ -92,7 +98,7 @@ fn width(terminal: bool) -> Option<usize> {
 
 /// How a day looks in the calendar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cell {
+pub(crate) enum Cell {
     Synced,
     Empty,
     Failed,
@@ -100,7 +106,10 @@ enum Cell {
 }
 
 impl Cell {
-    fn of(day: &DayStatus) -> Self {
+    /// Every kind, in the legend's order.
+    pub(crate) const ALL: [Cell; 4] = [Cell::Synced, Cell::Empty, Cell::Failed, Cell::Missing];
+
+    pub(crate) fn of(day: &DayStatus) -> Self {
         match day.state {
             DayState::Synced => {
                 let empty = day
@@ -138,7 +147,17 @@ impl Cell {
         }
     }
 
-    fn label(self) -> &'static str {
+    /// Its class on the HTML page.
+    pub(crate) fn class(self) -> &'static str {
+        match self {
+            Cell::Synced => "synced",
+            Cell::Empty => "empty",
+            Cell::Failed => "failed",
+            Cell::Missing => "missing",
+        }
+    }
+
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Cell::Synced => "synced",
             Cell::Empty => "synced, empty",
@@ -216,7 +235,7 @@ fn calendar(status: &Status, colour: bool, width: Option<usize>) -> String {
         }
     }
     let count = |cell: Cell| status.days.iter().filter(|d| Cell::of(d) == cell).count();
-    let mut legend: Vec<String> = [Cell::Synced, Cell::Empty, Cell::Failed, Cell::Missing]
+    let mut legend: Vec<String> = Cell::ALL
         .into_iter()
         .map(|cell| {
             format!(

@@ -1,13 +1,14 @@
 //! The real `backfill` binary, spawned as a user or a scheduler runs it,
 //! against SQLite files and the test Postgres.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use backfill_core::conformance::fixtures::jan;
 use backfill_core::Store;
 use backfill_sqlite::SqliteStore;
+use chrono::{Datelike, NaiveDate};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_backfill");
@@ -2363,4 +2364,161 @@ fn metrics_from_the_command_line() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(leftovers, ["orders.prom"]);
+}
+
+/// The browser that renders `status --format html` in the page test:
+/// `BACKFILL_CHROMIUM`, else Chromium on the path.
+fn chromium() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("BACKFILL_CHROMIUM") {
+        return Some(PathBuf::from(path));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .flat_map(|dir| ["chromium", "chromium-browser"].map(|name| dir.join(name)))
+        .find(|candidate| candidate.is_file())
+}
+
+/// `status --format html`: one page with nothing fetched from anywhere,
+/// opened in a real headless Chromium: the failed day's error is on the
+/// page as text (its markup escaped), every day's row says what the
+/// ledger says, and a phone-sized screenshot is taken.
+#[test]
+fn the_status_page_in_a_real_browser() {
+    let dir = tempfile::tempdir().unwrap();
+    for d in 1..=6 {
+        let day = jan(d);
+        let lines: Vec<String> = (0..u64::from(d))
+            .map(|i| {
+                format!(
+                    r#"{{"key":"o:{day}:{i}","event_date":"{day}","value":{i},"updated_at":"{day}T09:00:00Z"}}"#
+                )
+            })
+            .collect();
+        std::fs::write(dir.path().join(format!("{day}.jsonl")), lines.join("\n")).unwrap();
+    }
+    let fetch = format!(
+        "if [ {{day}} = {} ]; then echo 'upstream said <b>503</b> & \"retry\"' >&2; exit 1; fi; \
+         cat {{day}}.jsonl",
+        jan(3)
+    );
+    let output = run(range(&mut backfill(dir.path()), 1, 6).args(["--fetch-cmd", &fetch]));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+
+    let page = run(backfill(dir.path()).args([
+        "status",
+        "--from",
+        &jan(1).to_string(),
+        "--to",
+        &jan(8).to_string(),
+        "--format",
+        "html",
+    ]));
+    assert_eq!(code(&page), 0, "{}", show(&page));
+    let html = text(&page.stdout);
+    assert!(html.starts_with("<!doctype html>"), "{html}");
+    assert!(!html.contains("http://") && !html.contains("https://") && !html.contains("<script"));
+    assert!(html.contains("upstream said &lt;b&gt;503&lt;/b&gt; &amp; &quot;retry&quot;"));
+    let file = dir.path().join("status.html");
+    std::fs::write(&file, &html).unwrap();
+
+    let Some(browser) = chromium() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set and there is no Chromium (.ci/run installs Debian's chromium)"
+        );
+        eprintln!(
+            "skipped: no Chromium on the path (apt-get install chromium, or BACKFILL_CHROMIUM)"
+        );
+        return;
+    };
+    let profile = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", file.display());
+    let headless = |extra: &[&str]| {
+        let output = Command::new(&browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--no-first-run",
+                &format!("--user-data-dir={}", profile.path().display()),
+            ])
+            .args(extra)
+            .arg(&url)
+            .stdin(Stdio::null())
+            .output()
+            .expect("Chromium runs");
+        assert!(output.status.success(), "{}", show(&output));
+        output
+    };
+    let shot = dir.path().join("status.png");
+    headless(&[
+        "--window-size=412,1400",
+        &format!("--screenshot={}", shot.display()),
+    ]);
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "a screenshot"
+    );
+
+    // The page as Chromium rendered it: the failed day's error is text on
+    // it (no element made of it), and each day's row says what the
+    // ledger says.
+    let dom = text(&headless(&["--dump-dom"]).stdout);
+    assert!(
+        dom.contains(r#"upstream said &lt;b&gt;503&lt;/b&gt; &amp; "retry""#),
+        "{dom}"
+    );
+    assert!(!dom.contains("<b>503</b>"), "{dom}");
+    let row_text = |day: NaiveDate| -> String {
+        let attribute = dom
+            .find(&format!("data-day=\"{day}\""))
+            .unwrap_or_else(|| panic!("a row for {day}"));
+        let start = dom[..attribute].rfind("<tr").unwrap();
+        let row = &dom[start..start + dom[start..].find("</tr>").unwrap()];
+        let mut cells = String::new();
+        let mut in_tag = false;
+        for c in row.chars() {
+            match c {
+                '<' => {
+                    in_tag = true;
+                    cells.push(' ');
+                }
+                '>' => in_tag = false,
+                c if !in_tag => cells.push(c),
+                _ => {}
+            }
+        }
+        cells.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let store = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let store = sqlite(dir.path()).await;
+        store.ledger(jan(1)..=jan(8)).await.unwrap()
+    });
+    assert_eq!(store.len(), 6);
+    for entry in &store {
+        let row = row_text(entry.day);
+        match (&entry.synced, &entry.failure) {
+            (Some(synced), None) => {
+                let run = synced.run_id.as_ref().unwrap().as_str().to_owned();
+                let inserted = synced.counts.inserted;
+                assert_eq!(inserted, u64::from(entry.day.day()));
+                assert!(
+                    row.starts_with(&format!("{} synced", entry.day))
+                        && row.contains(&format!(" merge {inserted} {inserted} 0 0 0 0 {run}")),
+                    "{row}"
+                );
+            }
+            (None, Some(failure)) => {
+                assert_eq!(entry.day, jan(3));
+                assert!(row.starts_with(&format!("{} failed", entry.day)), "{row}");
+                assert!(failure.error.contains("upstream said <b>503</b>"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    for missing in [jan(7), jan(8)] {
+        assert!(row_text(missing).starts_with(&format!("{missing} missing")));
+    }
 }
