@@ -715,7 +715,7 @@ impl DeltaStore {
             }
         }
         if let Some(parts) = applied.history {
-            share_history(&mut new, parts)?;
+            share_history(&old, &mut new, parts)?;
         }
         Ok(Decision {
             old,
@@ -757,15 +757,16 @@ impl DeltaStore {
             if !gone.is_empty() {
                 // Purging never removes history: a tombstone that was its
                 // own version becomes a history row of its day.
-                let mut share = old[day].history.clone();
-                for record in gone {
-                    if share_holds(&share, &record).is_none() {
-                        share.versions.push(Version {
+                let before = &old[day].history;
+                let mut share = before.clone();
+                share.versions.extend(
+                    gone.into_iter()
+                        .filter(|record| share_holds(before, record).is_none())
+                        .map(|record| Version {
                             record,
                             absent_from: None,
-                        });
-                    }
-                }
+                        }),
+                );
                 share.normalize();
                 rows.history = Some(share);
             }
@@ -960,7 +961,19 @@ fn history_parts(old: &BTreeMap<NaiveDate, DayRows>) -> HistoryParts {
 /// Gives each day of `new` its share of `parts` (the history of the days
 /// a write read, as the reference store left it): its listings, and its
 /// versions other than those its new records are, as delivered.
-fn share_history(new: &mut BTreeMap<NaiveDate, NewDay>, parts: HistoryParts) -> Result<()> {
+///
+/// A record that is not its day's version of its instant as it is (a
+/// tombstone a listing made, or a version another day's version of the
+/// same instant won in history) is never read back as one: its day's
+/// share keeps the version the day had at that instant before the write
+/// (when read, of versions of one instant under several days the winner
+/// is taken, [`one_per_instant`]), or the record itself, which the winner
+/// in another day's files supersedes.
+fn share_history(
+    old: &BTreeMap<NaiveDate, DayRows>,
+    new: &mut BTreeMap<NaiveDate, NewDay>,
+    parts: HistoryParts,
+) -> Result<()> {
     let mut shares: BTreeMap<NaiveDate, DayHistory> = new
         .keys()
         .map(|day| (*day, DayHistory::default()))
@@ -971,36 +984,55 @@ fn share_history(new: &mut BTreeMap<NaiveDate, NewDay>, parts: HistoryParts) -> 
         };
         share.listings.push(at);
     }
-    let mut rows_kept: BTreeMap<NaiveDate, usize> = BTreeMap::new();
+    // The records, by day, that are their versions as they are.
+    let mut rows: BTreeMap<NaiveDate, BTreeSet<usize>> = BTreeMap::new();
     for version in parts.versions {
         let day = version.record.event_date();
         let (Some(share), Some(to)) = (shares.get_mut(&day), new.get(&day)) else {
             return Err(corrupt(format!("a version of an unread day: {version:?}")));
         };
-        let is_row = version.absent_from.is_none()
-            && to
-                .records
-                .binary_search_by(|r| r.key().cmp(version.record.key()))
-                .is_ok_and(|i| to.records[i] == version.record);
-        match is_row {
-            true => *rows_kept.entry(day).or_default() += 1,
-            false => share.versions.push(version),
+        let row = to
+            .records
+            .binary_search_by(|r| r.key().cmp(version.record.key()))
+            .ok()
+            .filter(|i| version.absent_from.is_none() && to.records[*i] == version.record);
+        match row {
+            Some(i) => {
+                rows.entry(day).or_default().insert(i);
+            }
+            None => share.versions.push(version),
         }
     }
+    let empty = DayRows::default();
     for (day, mut share) in shares {
         share.normalize();
         let to = new.get_mut(&day).expect("a share of each day");
-        // Each record is a version of its day, unless a history row of its
-        // key and instant says which version that instant had: read back,
-        // the day's history is the one decided.
-        debug_assert_eq!(
-            to.records
-                .iter()
-                .filter(|r| share_holds(&share, r).is_none())
-                .count(),
-            rows_kept.get(&day).copied().unwrap_or_default(),
-            "the records of {day} are each a version or a history row's"
-        );
+        let before = old.get(&day).unwrap_or(&empty);
+        let is_row = rows.remove(&day).unwrap_or_default();
+        let mut kept = Vec::new();
+        for (i, record) in to.records.iter().enumerate() {
+            if is_row.contains(&i) || share_holds(&share, record).is_some() {
+                continue;
+            }
+            let had = match share_holds(&before.history, record) {
+                Some(at) => before.history.versions[at].clone(),
+                None => {
+                    let stored = before
+                        .records
+                        .get(record.key())
+                        .filter(|r| r.updated_at() == record.updated_at());
+                    Version {
+                        record: stored.unwrap_or(record).clone(),
+                        absent_from: None,
+                    }
+                }
+            };
+            kept.push(had);
+        }
+        if !kept.is_empty() {
+            share.versions.extend(kept);
+            share.normalize();
+        }
         to.history = Some(share);
     }
     Ok(())

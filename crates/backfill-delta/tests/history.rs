@@ -186,3 +186,100 @@ async fn turning_history_on_starts_from_the_rows_and_keeps_it_on() {
     let open = history.iter().filter(|row| row.valid_to.is_none()).count();
     assert_eq!(open, 50);
 }
+
+/// The same writes into the Delta table and into the reference store, and
+/// the two histories compared.
+async fn same_history_as_the_reference(writes: &[(NaiveDate, Vec<Record>, WriteOptions)]) {
+    use backfill_core::MemoryStore;
+    let dir = tempfile::tempdir().unwrap();
+    let location = dir.path().join("t");
+    let store = DeltaStore::builder(location.to_str().unwrap())
+        .history(true)
+        .open()
+        .await
+        .unwrap();
+    let reference = MemoryStore::with_history();
+    for (d, records, options) in writes {
+        let ours = upsert(&store, *d, records.clone(), *options).await.unwrap();
+        let theirs = upsert(&reference, *d, records.clone(), *options)
+            .await
+            .unwrap();
+        assert_eq!(ours, theirs, "{d}");
+        assert_eq!(
+            store.history().await.unwrap(),
+            reference.history().await.unwrap(),
+            "after {d}"
+        );
+    }
+}
+
+fn listing(as_of: chrono::DateTime<Utc>) -> WriteOptions {
+    WriteOptions::default()
+        .mode(backfill_core::Mode::Replace)
+        .as_of(as_of)
+        .replace_guard(backfill_core::ReplaceGuard::off())
+}
+
+fn hour(h: u32) -> chrono::DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 3, 1, h, 0, 0).unwrap()
+}
+
+/// A key's version of one instant delivered again under a later day wins
+/// that instant in history (its `event_date` breaks the tie), while the
+/// table keeps the tombstone a listing of the first day made of it: the
+/// tombstone is never read back as a version of its own.
+#[tokio::test]
+async fn a_listings_tombstone_is_not_read_back_when_another_day_wins_its_instant() {
+    let (a, b) = (day(0), day(1));
+    let rec = |d, value: &str| Record::new("k", d, value, hour(10)).unwrap();
+    let other = Record::new("other", a, "o", hour(9)).unwrap();
+    same_history_as_the_reference(&[
+        (a, vec![rec(a, "v"), other.clone()], WriteOptions::default()),
+        (a, vec![other.clone()], listing(hour(12))),
+        (b, vec![rec(b, "v")], WriteOptions::default()),
+        (a, vec![other], listing(hour(14))),
+    ])
+    .await;
+}
+
+/// Purging two tombstones of one day, one delivered, one a listing made:
+/// history keeps the listed version and the delivered tombstone, each
+/// once (the tombstone a listing made is no version of its own).
+#[tokio::test]
+async fn purging_keeps_each_version_once() {
+    let d = day(0);
+    let dir = tempfile::tempdir().unwrap();
+    let location = dir.path().join("t");
+    let store = DeltaStore::builder(location.to_str().unwrap())
+        .history(true)
+        .open()
+        .await
+        .unwrap();
+    let reference = backfill_core::MemoryStore::with_history();
+    let keep = Record::new("b", d, "kept", hour(2)).unwrap();
+    let writes = [
+        (
+            vec![
+                Record::tombstone("a", d, hour(1)).unwrap(),
+                keep.clone(),
+                Record::new("c", d, "listed out", hour(5)).unwrap(),
+            ],
+            WriteOptions::default(),
+        ),
+        (vec![keep], listing(hour(6))),
+    ];
+    for (records, options) in writes {
+        upsert(&store, d, records.clone(), options).await.unwrap();
+        upsert(&reference, d, records, options).await.unwrap();
+    }
+    let expected = reference.history().await.unwrap();
+    assert_eq!(store.history().await.unwrap(), expected);
+    assert_eq!(store.purge_tombstones(hour(7)).await.unwrap(), 2);
+    reference.purge_tombstones(hour(7)).await.unwrap();
+    assert_eq!(reference.history().await.unwrap(), expected);
+    assert_eq!(store.history().await.unwrap(), expected);
+    assert_eq!(store.rows_with_tombstones().await.unwrap().len(), 1);
+    // The listed version and the delivered tombstone, each once.
+    let files = file_rows(location.to_str().unwrap()).await;
+    assert_eq!(versions_kept(&files), 2);
+}

@@ -47,6 +47,11 @@ async fn run_groups(run: &mut Run<'_>, out: &mut Vec<Measurement>) -> Result<(),
         if s.runs("delta") {
             delta_group(run, out).await?;
         }
+        if s.runs("history") {
+            run.log("history");
+            let rows = random::random_rows(s);
+            out.extend(history::history(run, &rows).await?);
+        }
         return Ok(());
     }
     if s.runs("backfill") {
