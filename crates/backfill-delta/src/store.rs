@@ -688,7 +688,14 @@ impl DeltaStore {
             old.values().flat_map(|rows| rows.records.values().cloned()),
             old.values().filter_map(|rows| rows.ledger.clone()),
         );
-        if keeps_history(table)? {
+        // Into days that hold nothing yet, a write that is no listing makes
+        // each version its row as delivered: the days' history is their
+        // rows, and no history row is decided.
+        let fresh = day.as_of().is_none()
+            && old
+                .values()
+                .all(|rows| rows.records.is_empty() && rows.history.is_empty());
+        if keeps_history(table)? && !fresh {
             memory = memory.with_history_parts(history_parts(&old));
         }
         let applied = memory.apply_into_all(day, records)?;
