@@ -346,7 +346,10 @@ impl DeltaStore {
             if keeps_history(&table)? {
                 return Ok(created.then_some(0));
             }
-            let rows = self.all_records().await?.len() as u64;
+            let rows = match records_by_statistics(&Files::of(&table)?) {
+                Some(rows) => rows,
+                None => self.all_records().await?.len() as u64,
+            };
             let metadata = table
                 .snapshot()
                 .map_err(backend)?
@@ -916,6 +919,21 @@ fn check_shape(table: &DeltaTable, location: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// How many records the files hold, by their statistics (each day's
+/// ledger row left out), for a table that keeps no history yet: `None`
+/// when a file has no statistics.
+fn records_by_statistics(files: &Files) -> Option<u64> {
+    let mut rows = 0;
+    for file in files.all() {
+        rows += file.rows?;
+        if file.may_hold_ledger() {
+            // A day's ledger row, in its file or with its records.
+            rows = rows.checked_sub(1)?;
+        }
+    }
+    Some(rows)
 }
 
 /// Whether `table` keeps history: its table property.

@@ -34,6 +34,8 @@ pub(crate) struct DataFile {
     /// The smallest key of its statistics (or a prefix of it), if it has
     /// them.
     pub(crate) min_key: Option<String>,
+    /// How many rows it holds, by its statistics.
+    pub(crate) rows: Option<u64>,
     /// The action that removes it.
     pub(crate) remove: Remove,
 }
@@ -93,6 +95,7 @@ impl Files {
                 day,
                 keys,
                 min_key,
+                rows: view.num_records().map(|n| n as u64),
                 remove: view.remove_action(true),
             });
         }
@@ -485,6 +488,7 @@ mod tests {
             day: NaiveDate::from_ymd_opt(2026, 1, 1).unwrap(),
             keys: None,
             min_key: min_key.map(str::to_owned),
+            rows: None,
             remove: Remove {
                 path: "f.parquet".into(),
                 deletion_timestamp: None,

@@ -153,6 +153,17 @@ async fn turning_history_on_starts_from_the_rows_and_keeps_it_on() {
     let location = location.to_str().unwrap();
     let plain = DeltaStore::open(location).await.unwrap();
     put(&plain, 0, records(0, 50, 0)).await;
+    // Two more days, one of them a tombstone: history starts from every
+    // row, counted from the files' statistics.
+    put(&plain, 1, records(1, 30, 0)).await;
+    let mut gone = records(1, 30, 0);
+    gone[0] = Record::tombstone(
+        gone[0].key(),
+        day(1),
+        gone[0].updated_at() + Duration::hours(2),
+    )
+    .unwrap();
+    put(&plain, 1, gone).await;
     assert!(!plain.keeps_history().await.unwrap());
     assert!(matches!(
         plain.history().await,
@@ -164,9 +175,9 @@ async fn turning_history_on_starts_from_the_rows_and_keeps_it_on() {
         .open()
         .await
         .unwrap();
-    assert_eq!(store.history_started_with(), Some(50));
+    assert_eq!(store.history_started_with(), Some(80));
     let history = store.history().await.unwrap();
-    assert_eq!(history.len(), 50);
+    assert_eq!(history.len(), 80);
     assert!(history.iter().all(|row| row.valid_to.is_none()));
     let again = DeltaStore::builder(location)
         .history(true)
@@ -182,9 +193,9 @@ async fn turning_history_on_starts_from_the_rows_and_keeps_it_on() {
     put(&later, 0, records(0, 50, 10)).await;
     put(&plain, 0, records(0, 50, 20)).await;
     let history = store.history().await.unwrap();
-    assert_eq!(history.len(), 50 + 20);
+    assert_eq!(history.len(), 80 + 20);
     let open = history.iter().filter(|row| row.valid_to.is_none()).count();
-    assert_eq!(open, 50);
+    assert_eq!(open, 80);
 }
 
 /// The same writes into the Delta table and into the reference store, and
