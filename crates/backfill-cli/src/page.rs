@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use backfill_core::{DayStatus, Status};
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
 
-use crate::status::Cell;
+use crate::status::{run_or_error, Cell};
 
 /// The page's style: system fonts, a grid of weeks per month, the table
 /// scrolling on its own on a narrow screen.
@@ -191,17 +191,9 @@ fn days(status: &Status, out: &mut String) {
     );
     for day in &status.days {
         let synced = day.entry.as_ref().and_then(|e| e.synced.as_ref());
-        let failure = day.entry.as_ref().and_then(|e| e.failure.as_ref());
         let number = |n: Option<u64>| n.map_or("–".to_owned(), |n| n.to_string());
         let c = synced.map(|s| s.counts);
-        let last = match (failure, synced) {
-            (Some(f), _) => f.error.clone(),
-            (None, Some(s)) => s
-                .run_id
-                .as_ref()
-                .map_or("–".to_owned(), |id| id.as_str().to_owned()),
-            (None, None) => "–".to_owned(),
-        };
+        let last = run_or_error(day).unwrap_or("–");
         let _ = writeln!(
             out,
             "<tr class=\"state-{}\" data-day=\"{}\"><td>{}</td><td class=\"text\">{}</td><td>{}</td>\
@@ -222,7 +214,7 @@ fn days(status: &Status, out: &mut String) {
             number(c.map(|c| c.deleted)),
             number(c.map(|c| c.unchanged)),
             number(c.map(|c| c.stale)),
-            escape(&last)
+            escape(last)
         );
     }
     out.push_str("</tbody></table></div>\n");

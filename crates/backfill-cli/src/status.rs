@@ -294,6 +294,16 @@ fn failures(status: &Status, width: Option<usize>, out: &mut String) {
     }
 }
 
+/// A day's last error, else the run that synced it.
+pub(crate) fn run_or_error(day: &DayStatus) -> Option<&str> {
+    let entry = day.entry.as_ref()?;
+    match (&entry.failure, &entry.synced) {
+        (Some(failure), _) => Some(&failure.error),
+        (None, Some(synced)) => synced.run_id.as_ref().map(|id| id.as_str()),
+        (None, None) => None,
+    }
+}
+
 /// One line for every day, for `--format table`: a header, then
 /// `day state synced_at mode records inserted updated deleted unchanged
 /// stale run_or_error`, blank-padded columns, `-` for what a day lacks.
@@ -315,17 +325,11 @@ fn table(status: &Status) -> String {
     );
     for day in &status.days {
         let synced = day.entry.as_ref().and_then(|e| e.synced.as_ref());
-        let failure = day.entry.as_ref().and_then(|e| e.failure.as_ref());
         let number = |n: Option<u64>| n.map_or("-".to_owned(), |n| n.to_string());
         let c = synced.map(|s| s.counts);
-        let last = match (failure, synced) {
-            (Some(f), _) => f.error.lines().collect::<Vec<_>>().join(" / "),
-            (None, Some(s)) => s
-                .run_id
-                .as_ref()
-                .map_or("-".to_owned(), ToString::to_string),
-            (None, None) => "-".to_owned(),
-        };
+        let last = run_or_error(day).map_or("-".to_owned(), |text| {
+            text.lines().collect::<Vec<_>>().join(" / ")
+        });
         let _ = writeln!(
             out,
             "{:<10}  {:<7}  {:<20}  {:<7}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {}",

@@ -444,15 +444,20 @@ impl DeltaStore {
         self.reader(&table.object_store()).days(chosen).await
     }
 
-    /// Every record of the table, by key, tombstones included.
-    async fn all_records(&self) -> Result<BTreeMap<String, Record>> {
+    /// The latest snapshot, and every day of it read whole.
+    async fn all_days(&self) -> Result<(DeltaTable, BTreeMap<NaiveDate, DayRows>)> {
         let table = self.latest().await?;
         let files = Files::of(&table)?;
-        let store = table.object_store();
         let days = self
-            .reader(&store)
+            .reader(&table.object_store())
             .days(files.all().cloned().collect())
             .await?;
+        Ok((table, days))
+    }
+
+    /// Every record of the table, by key, tombstones included.
+    async fn all_records(&self) -> Result<BTreeMap<String, Record>> {
+        let (_, days) = self.all_days().await?;
         let mut records = BTreeMap::new();
         for rows in days.into_values() {
             records.extend(rows.records);
@@ -1168,16 +1173,10 @@ impl Store for DeltaStore {
     }
 
     async fn history(&self) -> Result<Vec<HistoryRow>> {
-        let table = self.latest().await?;
+        let (table, days) = self.all_days().await?;
         if !keeps_history(&table)? {
             return Err(Error::HistoryOff);
         }
-        let files = Files::of(&table)?;
-        let store = table.object_store();
-        let days = self
-            .reader(&store)
-            .days(files.all().cloned().collect())
-            .await?;
         // A key's versions of one instant under two days (it moved between
         // them): the one that wins.
         let versions = one_per_instant(days.values().flat_map(day_versions));

@@ -11,36 +11,8 @@ use chrono::{Duration, NaiveDate, TimeZone, Utc};
 use deltalake::arrow::array::{Array, AsArray, BooleanArray};
 use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-fn day(n: i64) -> NaiveDate {
-    NaiveDate::from_ymd_opt(2026, 3, 1).unwrap() + Duration::days(n)
-}
-
-/// `per_day` records of day `d`, keys spread like UUIDs, the first
-/// `changed` of them at a later version.
-fn records(d: i64, per_day: u32, changed: u32) -> Vec<Record> {
-    let at = Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap();
-    let mut records: Vec<Record> = (0..per_day)
-        .map(|i| {
-            let key = format!(
-                "{:08x}-{d}-{i}",
-                (u64::from(i) * 2_654_435_761) % 4_294_967_291
-            );
-            let (value, at) = match i < changed {
-                true => (format!("v2:{i}"), at + Duration::hours(1)),
-                false => (format!("v1:{i}"), at),
-            };
-            Record::new(key, day(d), value, at).unwrap()
-        })
-        .collect();
-    records.sort_by(|a, b| a.key().cmp(b.key()));
-    records
-}
-
-async fn put<S: Store>(store: &S, d: i64, records: Vec<Record>) -> backfill_core::Counts {
-    upsert(store, day(d), records, WriteOptions::default())
-        .await
-        .unwrap()
-}
+mod common;
+use common::{day, put, records};
 
 /// Each active file's rows as (key, deleted), by file.
 async fn file_rows(location: &str) -> BTreeMap<String, Vec<(String, bool)>> {
@@ -198,17 +170,22 @@ async fn turning_history_on_starts_from_the_rows_and_keeps_it_on() {
     assert_eq!(open, 80);
 }
 
+/// A new table at `location` that keeps history.
+async fn keeping_history(location: &str) -> DeltaStore {
+    DeltaStore::builder(location)
+        .history(true)
+        .open()
+        .await
+        .unwrap()
+}
+
 /// The same writes into the Delta table and into the reference store, and
 /// the two histories compared.
 async fn same_history_as_the_reference(writes: &[(NaiveDate, Vec<Record>, WriteOptions)]) {
     use backfill_core::MemoryStore;
     let dir = tempfile::tempdir().unwrap();
     let location = dir.path().join("t");
-    let store = DeltaStore::builder(location.to_str().unwrap())
-        .history(true)
-        .open()
-        .await
-        .unwrap();
+    let store = keeping_history(location.to_str().unwrap()).await;
     let reference = MemoryStore::with_history();
     for (d, records, options) in writes {
         let ours = upsert(&store, *d, records.clone(), *options).await.unwrap();
@@ -261,11 +238,7 @@ async fn purging_keeps_each_version_once() {
     let d = day(0);
     let dir = tempfile::tempdir().unwrap();
     let location = dir.path().join("t");
-    let store = DeltaStore::builder(location.to_str().unwrap())
-        .history(true)
-        .open()
-        .await
-        .unwrap();
+    let store = keeping_history(location.to_str().unwrap()).await;
     let reference = backfill_core::MemoryStore::with_history();
     let keep = Record::new("b", d, "kept", hour(2)).unwrap();
     let writes = [
