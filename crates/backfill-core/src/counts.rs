@@ -111,6 +111,12 @@ impl Counts {
         (self.inserted + self.updated + self.unchanged + self.stale + self.deleted + self.skipped)
             .saturating_sub(self.unlisted)
     }
+
+    /// Records the day's fetch returned, duplicates included: what the
+    /// per-day [checks](crate::check) compare between days.
+    pub fn fetched(&self) -> u64 {
+        self.applied() + self.collapsed
+    }
 }
 
 impl AddAssign for Counts {

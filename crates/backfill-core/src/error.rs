@@ -183,6 +183,18 @@ pub enum Error {
         reason: String,
     },
 
+    /// A day failed a per-day [check](crate::check) whose action is
+    /// [`Fail`](crate::CheckAction::Fail): nothing of it was written, and
+    /// the ledger records the reason as its failure until a person
+    /// [accepts](crate::Store::accept) the day. Not retryable.
+    #[error("{day}: {0}", day = .0.day)]
+    CheckFailed(Box<crate::Flag>),
+
+    /// The store does not do what was asked of it (a store of your own
+    /// that does not implement an optional method).
+    #[error("this store cannot {0}")]
+    Unsupported(&'static str),
+
     /// Some days of a backfill failed; every other day was attempted.
     #[error("{0}")]
     Backfill(Box<BackfillError>),

@@ -277,6 +277,10 @@ pub struct LedgerEntry {
     pub failure: Option<DayFailure>,
     /// The latest `as_of` of any listing applied for the day.
     pub listing_watermark: Option<DateTime<Utc>>,
+    /// When a person [accepted](crate::Store::accept) the day as it is:
+    /// the per-day [checks](crate::check) never flag it again, through
+    /// re-runs and failures, until the acceptance is taken back.
+    pub accepted: Option<DateTime<Utc>>,
 }
 
 impl LedgerEntry {
@@ -287,6 +291,7 @@ impl LedgerEntry {
             synced: None,
             failure: None,
             listing_watermark: None,
+            accepted: None,
         }
     }
 

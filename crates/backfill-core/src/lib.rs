@@ -57,6 +57,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod adapter;
+pub mod check;
 pub mod columns;
 mod counts;
 mod error;
@@ -78,6 +79,7 @@ mod write;
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 
+pub use check::{CheckAction, Checks, Flag};
 pub use counts::{Counts, Mode, UnknownMode};
 pub use error::{BoxError, Error, Fatal, Field, Problem, Result, Transient};
 pub use fetch::{Fetch, Fetched, RecordStream};

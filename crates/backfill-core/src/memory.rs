@@ -593,6 +593,19 @@ impl Store for MemoryStore {
         entry.failure = Some(failure.clone());
         Ok(())
     }
+
+    async fn accept(&self, day: NaiveDate, at: Option<DateTime<Utc>>) -> Result<()> {
+        let mut state = self.lock();
+        let entry = state
+            .days
+            .entry(day)
+            .or_insert_with(|| LedgerEntry::new(day));
+        entry.accepted = at;
+        if *entry == LedgerEntry::new(day) {
+            state.days.remove(&day);
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

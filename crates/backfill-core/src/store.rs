@@ -99,6 +99,22 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// clears it.
     async fn record_failure(&self, day: NaiveDate, failure: &DayFailure) -> Result<()>;
 
+    /// Marks `day` accepted by a person at `at` (`None`: takes the
+    /// acceptance back), in a transaction of its own: the per-day
+    /// [checks](crate::check) no longer flag or refuse it, whatever its
+    /// count, through re-runs and failures. The acceptance is in the day's
+    /// [`LedgerEntry::accepted`]; a day that never ran can be accepted
+    /// ahead. Nothing else of the ledger or the rows changes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] for a store that keeps no acceptance (what
+    /// this default does); the store's error if it cannot write.
+    async fn accept(&self, day: NaiveDate, at: Option<DateTime<Utc>>) -> Result<()> {
+        let _ = (day, at);
+        Err(Error::Unsupported("keep a day's acceptance"))
+    }
+
     /// Reads every row of [history](crate::history): each version of each
     /// key with the instants it was valid between, ordered by key bytes,
     /// then `valid_from`.
@@ -150,6 +166,9 @@ macro_rules! forward_store {
             }
             async fn record_failure(&self, day: NaiveDate, failure: &DayFailure) -> Result<()> {
                 (**self).record_failure(day, failure).await
+            }
+            async fn accept(&self, day: NaiveDate, at: Option<DateTime<Utc>>) -> Result<()> {
+                (**self).accept(day, at).await
             }
             async fn history(&self) -> Result<Vec<HistoryRow>> {
                 (**self).history().await

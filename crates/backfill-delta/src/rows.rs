@@ -518,6 +518,8 @@ struct LedgerRow {
     failure: Option<Failure>,
     #[serde(default)]
     listing_watermark: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    accepted: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -577,6 +579,7 @@ impl LedgerRow {
                 error: f.error.clone(),
             }),
             listing_watermark: entry.listing_watermark,
+            accepted: entry.accepted,
         };
         serde_json::to_string(&row).map_err(corrupt)
     }
@@ -587,6 +590,7 @@ impl LedgerRow {
             entry.synced.as_ref().map(|s| s.at),
             entry.failure.as_ref().map(|f| f.at),
             entry.listing_watermark,
+            entry.accepted,
         ]
         .into_iter()
         .flatten()
@@ -599,6 +603,7 @@ impl LedgerRow {
             .map_err(|e| corrupt(format!("the ledger row of {day}: {e}")))?;
         let mut entry = LedgerEntry::new(day);
         entry.listing_watermark = row.listing_watermark;
+        entry.accepted = row.accepted;
         if let Some(s) = row.synced {
             let mode: Mode = s.mode.parse().map_err(corrupt)?;
             let digest = Digest::from_hex(&s.digest)

@@ -849,6 +849,36 @@ impl DeltaStore {
             result: (),
         })
     }
+
+    /// Day `day`'s ledger row with its acceptance set to `at`, the rest of
+    /// the day as it is.
+    async fn decide_acceptance(
+        &self,
+        table: &DeltaTable,
+        files: &Files,
+        day: NaiveDate,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<Decision<'static, ()>> {
+        let old = self
+            .read_whole(table, files, &BTreeSet::from([day]))
+            .await?;
+        let mut new = unchanged(&old);
+        let to = new.entry(day).or_insert_with(|| NewDay {
+            records: Vec::new(),
+            ledger: None,
+            history: None,
+        });
+        let entry = to.ledger.get_or_insert_with(|| LedgerEntry::new(day));
+        entry.accepted = at;
+        Ok(Decision {
+            old,
+            new,
+            keys: None,
+            written: Vec::new(),
+            ahead: None,
+            result: (),
+        })
+    }
 }
 
 /// The error of a write that lost every race it ran.
@@ -1196,6 +1226,21 @@ impl Store for DeltaStore {
             }
         }
         Err(gave_up("recording a failure"))
+    }
+
+    async fn accept(&self, day: NaiveDate, at: Option<DateTime<Utc>>) -> Result<()> {
+        for attempt in 1..=MAX_ATTEMPTS {
+            let (table, files) = self.snapshot().await?;
+            let decision = self.decide_acceptance(&table, &files, day, at).await?;
+            if self
+                .settle(&table, decision, attempt, false)
+                .await?
+                .is_some()
+            {
+                return Ok(());
+            }
+        }
+        Err(gave_up("recording an acceptance"))
     }
 }
 

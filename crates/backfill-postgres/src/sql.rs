@@ -24,6 +24,11 @@ pub(crate) const TABLES_TABLE: &str = "backfill_tables";
 /// The shared table, one per schema, that keeps each records table's days:
 /// the listing watermark and the day ledger.
 pub(crate) const DAYS_TABLE: &str = "backfill_days";
+/// The shared table, one per schema, of the days a person accepted as they
+/// are ([`Store::accept`](backfill_core::Store::accept)), per records
+/// table: made by the first acceptance, and read beside [`DAYS_TABLE`] into
+/// the ledger.
+pub(crate) const ACCEPTED_TABLE: &str = "backfill_accepted";
 
 /// `"schema"."table"`.
 pub(crate) fn qualified(schema: &str, table: &str) -> String {
@@ -411,6 +416,16 @@ pub(crate) struct Statements {
     pub(crate) failed: String,
     /// The ledger rows of days `$1` to `$2`, in day order.
     pub(crate) ledger: String,
+    /// [`ACCEPTED_TABLE`], qualified, as `to_regclass` takes it.
+    pub(crate) accepted_table: String,
+    /// [`ACCEPTED_TABLE`], made when missing.
+    pub(crate) create_accepted: String,
+    /// The acceptances of days `$1` to `$2`, in day order.
+    pub(crate) accepted: String,
+    /// Day `$1` accepted at `$2`.
+    pub(crate) accept: String,
+    /// Day `$1`'s acceptance taken back.
+    pub(crate) unaccept: String,
     /// Removes the tombstones older than `$1`.
     pub(crate) purge: String,
     /// History's statements, when the table keeps it.
@@ -708,6 +723,28 @@ ON CONFLICT (records_table, day) DO UPDATE SET
             ledger: format!(
                 "SELECT day, listing_watermark, {LEDGER_SYNCED}, {LEDGER_FAILED} FROM {days} \
                  WHERE records_table = {name} AND day BETWEEN $1 AND $2 ORDER BY day"
+            ),
+            accepted_table: qualified(schema, ACCEPTED_TABLE),
+            create_accepted: format!(
+                "CREATE TABLE IF NOT EXISTS {accepted} (records_table text NOT NULL, \
+                 day date NOT NULL, accepted_at timestamptz NOT NULL, \
+                 PRIMARY KEY (records_table, day))",
+                accepted = qualified(schema, ACCEPTED_TABLE)
+            ),
+            accepted: format!(
+                "SELECT day, accepted_at FROM {accepted} \
+                 WHERE records_table = {name} AND day BETWEEN $1 AND $2 ORDER BY day",
+                accepted = qualified(schema, ACCEPTED_TABLE)
+            ),
+            accept: format!(
+                "INSERT INTO {accepted} (records_table, day, accepted_at) \
+                 VALUES ({name}, $1::date, $2::timestamptz) \
+                 ON CONFLICT (records_table, day) DO UPDATE SET accepted_at = EXCLUDED.accepted_at",
+                accepted = qualified(schema, ACCEPTED_TABLE)
+            ),
+            unaccept: format!(
+                "DELETE FROM {accepted} WHERE records_table = {name} AND day = $1::date",
+                accepted = qualified(schema, ACCEPTED_TABLE)
             ),
             purge: format!(
                 r#"

@@ -182,7 +182,77 @@ impl Store for PostgresStore {
             .query(&stmt, &[days.start(), days.end()])
             .await
             .map_err(pg_error)?;
-        rows.iter().map(into_entry).collect()
+        let mut entries: Vec<LedgerEntry> = rows.iter().map(into_entry).collect::<Result<_>>()?;
+        // The acceptances, once a first one made their table.
+        let kept: bool = client
+            .query_one(
+                "SELECT to_regclass($1) IS NOT NULL",
+                &[&self.sql.accepted_table],
+            )
+            .await
+            .map_err(pg_error)?
+            .get(0);
+        if kept {
+            let stmt = client
+                .prepare_cached(&self.sql.accepted)
+                .await
+                .map_err(pg_error)?;
+            for row in client
+                .query(&stmt, &[days.start(), days.end()])
+                .await
+                .map_err(pg_error)?
+            {
+                let day: NaiveDate = row.try_get(0).map_err(pg_error)?;
+                let at: DateTime<Utc> = row.try_get(1).map_err(pg_error)?;
+                match entries.binary_search_by_key(&day, |e| e.day) {
+                    Ok(i) => entries[i].accepted = Some(at),
+                    Err(i) => {
+                        let mut entry = LedgerEntry::new(day);
+                        entry.accepted = Some(at);
+                        entries.insert(i, entry);
+                    }
+                }
+            }
+        }
+        Ok(entries)
+    }
+
+    async fn accept(&self, day: NaiveDate, at: Option<DateTime<Utc>>) -> Result<()> {
+        let client = self.client().await?;
+        match at {
+            Some(at) => {
+                client
+                    .batch_execute(&self.sql.create_accepted)
+                    .await
+                    .map_err(pg_error)?;
+                let stmt = client
+                    .prepare_cached(&self.sql.accept)
+                    .await
+                    .map_err(pg_error)?;
+                client
+                    .execute(&stmt, &[&day, &at])
+                    .await
+                    .map_err(pg_error)?;
+            }
+            None => {
+                let kept: bool = client
+                    .query_one(
+                        "SELECT to_regclass($1) IS NOT NULL",
+                        &[&self.sql.accepted_table],
+                    )
+                    .await
+                    .map_err(pg_error)?
+                    .get(0);
+                if kept {
+                    let stmt = client
+                        .prepare_cached(&self.sql.unaccept)
+                        .await
+                        .map_err(pg_error)?;
+                    client.execute(&stmt, &[&day]).await.map_err(pg_error)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn record_failure(&self, day: NaiveDate, failure: &DayFailure) -> Result<()> {

@@ -27,6 +27,25 @@ pub(crate) const TABLES: &str = "backfill_tables";
 /// The metadata table holding each records table's days: the listing
 /// watermark and the day's ledger row.
 pub(crate) const DAYS: &str = "backfill_days";
+/// The days a person accepted as they are, per records table
+/// ([`Store::accept`](backfill_core::Store::accept)): made by the first
+/// acceptance, so a file that never had one keeps the tables of schema
+/// version 3 alone. Read beside [`DAYS`] into the ledger.
+pub(crate) const ACCEPTED: &str = "backfill_accepted";
+
+/// [`ACCEPTED`], made when missing.
+pub(crate) fn create_accepted() -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {ACCEPTED} (
+    records_table TEXT NOT NULL,
+    day TEXT NOT NULL CHECK ({}),
+    accepted_at TEXT NOT NULL CHECK ({}),
+    PRIMARY KEY (records_table, day)
+) WITHOUT ROWID",
+        date_check("day"),
+        instant_check("accepted_at")
+    )
+}
 
 /// Names a records table may not take: the metadata tables'.
 pub(crate) const RESERVED: [&str; 2] = [TABLES, DAYS];
@@ -749,6 +768,12 @@ pub(crate) struct Statements {
     pub(crate) ledger_read: String,
     /// Day `?1`'s failure, its success kept.
     pub(crate) failed: String,
+    /// The acceptances of days `?1..=?2` ([`ACCEPTED`]), in day order.
+    pub(crate) accepted_read: String,
+    /// Day `?1` accepted at `?2`.
+    pub(crate) accept: String,
+    /// Day `?1`'s acceptance taken back.
+    pub(crate) unaccept: String,
     /// Tombstones older than an instant, removed.
     pub(crate) purge: String,
     /// Before [`Statements::purge`], in its transaction: the digest of
@@ -875,6 +900,17 @@ VALUES ('{table}', ?1, ?2, ?3, ?4, ?5)
 ON CONFLICT (records_table, day) DO UPDATE SET
     failed_at = excluded.failed_at, failed_run_id = excluded.failed_run_id,
     attempts = excluded.attempts, error = excluded.error"#
+            ),
+            accepted_read: format!(
+                r#"SELECT day, accepted_at FROM {ACCEPTED}
+WHERE records_table = '{table}' AND day BETWEEN ?1 AND ?2 ORDER BY day"#
+            ),
+            accept: format!(
+                r#"INSERT INTO {ACCEPTED} (records_table, day, accepted_at) VALUES ('{table}', ?1, ?2)
+ON CONFLICT (records_table, day) DO UPDATE SET accepted_at = excluded.accepted_at"#
+            ),
+            unaccept: format!(
+                r#"DELETE FROM {ACCEPTED} WHERE records_table = '{table}' AND day = ?1"#
             ),
             purge: format!(r#"DELETE FROM "{table}" WHERE deleted = 1 AND updated_at < ?1"#),
             purge_digests: format!(

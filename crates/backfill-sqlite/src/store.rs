@@ -17,7 +17,7 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::task::JoinHandle;
 
 use crate::error::backend;
-use crate::sql::Statements;
+use crate::sql::{self, Statements};
 use crate::typed::{format_date, format_instant, into_record, parse_instant, query_rows, read_row};
 use crate::write::{apply_day, next_page, PageSize, Writer};
 use crate::{BACKEND, DATE_FORMAT};
@@ -349,11 +349,73 @@ impl Store for SqliteStore {
     async fn ledger(&self, days: RangeInclusive<NaiveDate>) -> Result<Vec<LedgerEntry>> {
         let (first, last) = (format_date(*days.start()), format_date(*days.end()));
         self.with_conn(move |conn, sql| {
-            let mut stmt = conn.prepare_cached(&sql.ledger_read).map_err(backend)?;
-            let rows = stmt
-                .query_map([first, last], LedgerRow::read)
+            // One read transaction: the days and their acceptances as of
+            // one instant.
+            let tx = conn.transaction().map_err(backend)?;
+            let mut entries: Vec<LedgerEntry> = {
+                let mut stmt = tx.prepare_cached(&sql.ledger_read).map_err(backend)?;
+                let rows = stmt
+                    .query_map([&first, &last], LedgerRow::read)
+                    .map_err(backend)?;
+                rows.map(|row| row.map_err(backend)?.into_entry())
+                    .collect::<Result<_>>()?
+            };
+            let kept: bool = tx
+                .query_row(
+                    "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1)",
+                    [sql::ACCEPTED],
+                    |row| row.get(0),
+                )
                 .map_err(backend)?;
-            rows.map(|row| row.map_err(backend)?.into_entry()).collect()
+            if kept {
+                let mut stmt = tx.prepare_cached(&sql.accepted_read).map_err(backend)?;
+                let rows = stmt
+                    .query_map([&first, &last], |row| {
+                        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+                    })
+                    .map_err(backend)?;
+                for row in rows {
+                    let (day, at) = row.map_err(backend)?;
+                    let unreadable = || {
+                        Error::backend(
+                            BACKEND,
+                            false,
+                            format!("{} holds an unreadable acceptance of {day:?}", sql::ACCEPTED),
+                        )
+                    };
+                    let day = NaiveDate::parse_from_str(&day, DATE_FORMAT)
+                        .map_err(|_| unreadable())?;
+                    let at = parse_instant(&at).ok_or_else(unreadable)?;
+                    accepted_into(&mut entries, day, at);
+                }
+            }
+            Ok(entries)
+        })
+        .await
+    }
+
+    async fn accept(&self, day: NaiveDate, at: Option<DateTime<Utc>>) -> Result<()> {
+        self.writable()?;
+        self.with_conn(move |conn, sql| {
+            match at {
+                Some(at) => {
+                    conn.execute(&sql::create_accepted(), []).map_err(backend)?;
+                    conn.prepare_cached(&sql.accept)
+                        .and_then(|mut stmt| {
+                            stmt.execute(params![format_date(day), format_instant(at)])
+                        })
+                        .map_err(backend)?;
+                }
+                None => match conn.prepare_cached(&sql.unaccept) {
+                    Ok(mut stmt) => {
+                        stmt.execute([format_date(day)]).map_err(backend)?;
+                    }
+                    // Never accepted anything: nothing to take back.
+                    Err(e) if e.to_string().contains("no such table") => {}
+                    Err(e) => return Err(backend(e)),
+                },
+            }
+            Ok(())
         })
         .await
     }
@@ -400,6 +462,19 @@ impl Store for SqliteStore {
             Ok(purged as u64)
         })
         .await
+    }
+}
+
+/// Sets `day`'s acceptance in `entries` (in day order), adding the day's
+/// entry if it has none.
+pub(crate) fn accepted_into(entries: &mut Vec<LedgerEntry>, day: NaiveDate, at: DateTime<Utc>) {
+    match entries.binary_search_by_key(&day, |e| e.day) {
+        Ok(i) => entries[i].accepted = Some(at),
+        Err(i) => {
+            let mut entry = LedgerEntry::new(day);
+            entry.accepted = Some(at);
+            entries.insert(i, entry);
+        }
     }
 }
 

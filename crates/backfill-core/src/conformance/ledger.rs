@@ -436,3 +436,83 @@ pub async fn purge_invalidates_a_day_that_held_another_days_tombstone(store: &dy
     assert_eq!(late.stale, 1, "a stale re-delivery stays stale");
     assert!(store.get(&k("gone")).await.unwrap().is_none());
 }
+
+/// A day's acceptance ([`Store::accept`]) is kept through its re-runs and
+/// failures, can be given ahead to a day that never ran, and taken back,
+/// touching nothing else of the ledger.
+pub async fn acceptance_outlives_reruns_and_failures(store: &dyn Store) {
+    let (d, other) = (day(580), day(581));
+    let k = |s: &str| format!("accept/{s}");
+    let accepted = Some(at(50));
+    // Ahead of any run.
+    store.accept(d, accepted).await.unwrap();
+    let entry = ledger_of(store, d)
+        .await
+        .expect("an accepted day has a row");
+    assert_eq!(
+        (entry.state(), entry.accepted),
+        (DayState::Missing, accepted)
+    );
+    assert!(ledger_of(store, other).await.is_none(), "only its day");
+
+    let records = vec![rec(&k("a"), d, "1", at(1))];
+    upsert_stamped(
+        store,
+        d,
+        records,
+        WriteOptions::default(),
+        stamp(60, "run-1"),
+    )
+    .await
+    .unwrap();
+    let entry = ledger_of(store, d).await.unwrap();
+    assert_eq!(
+        (entry.state(), entry.accepted),
+        (DayState::Synced, accepted)
+    );
+
+    let failure = DayFailure::new(at(70), Some(RunId::from("run-2")), 1, "503");
+    store.record_failure(d, &failure).await.unwrap();
+    let entry = ledger_of(store, d).await.unwrap();
+    assert_eq!(
+        (entry.state(), entry.accepted),
+        (DayState::Failed, accepted)
+    );
+
+    let records = vec![rec(&k("a"), d, "2", at(2))];
+    upsert_stamped(
+        store,
+        d,
+        records,
+        WriteOptions::default(),
+        stamp(80, "run-3"),
+    )
+    .await
+    .unwrap();
+    let entry = ledger_of(store, d).await.unwrap();
+    assert_eq!(
+        (entry.state(), entry.accepted),
+        (DayState::Synced, accepted)
+    );
+    let synced = entry.synced.clone().unwrap();
+
+    // Accepted again later: the later instant.
+    store.accept(d, Some(at(90))).await.unwrap();
+    assert_eq!(ledger_of(store, d).await.unwrap().accepted, Some(at(90)));
+    // Taken back: the rest of the row as it was.
+    store.accept(d, None).await.unwrap();
+    let entry = ledger_of(store, d).await.unwrap();
+    assert_eq!(entry.accepted, None);
+    assert_eq!(entry.synced, Some(synced));
+    assert_eq!(store.day_rows(d).await.unwrap().len(), 1);
+
+    // A day accepted ahead and taken back reads as missing.
+    store.accept(other, accepted).await.unwrap();
+    store.accept(other, None).await.unwrap();
+    let back = ledger_of(store, other).await;
+    assert!(
+        back.as_ref()
+            .is_none_or(|e| e.state() == DayState::Missing && e.accepted.is_none()),
+        "{back:?}"
+    );
+}

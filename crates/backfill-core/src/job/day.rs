@@ -11,7 +11,8 @@ use tracing::Instrument;
 
 use super::event::Event;
 use super::report::DayReport;
-use super::Job;
+use super::{Job, Neighbours};
+use crate::check::{CheckAction, Flag};
 use crate::counts::Counts;
 use crate::error::{fetch_error, Error, Result};
 use crate::fetch::{Body, Fetch};
@@ -27,6 +28,7 @@ impl Job {
         fetch: &F,
         day: NaiveDate,
         run_id: &RunId,
+        neighbours: Option<&Neighbours>,
     ) -> Result<DayReport, (Error, u32)>
     where
         S: Store + ?Sized,
@@ -50,8 +52,8 @@ impl Job {
             loop {
                 attempt += 1;
                 self.emit(Event::DayStarted { day, attempt });
-                match self.attempt(store, fetch, day, run_id).await {
-                    Ok(counts) => {
+                match self.attempt(store, fetch, day, run_id, neighbours).await {
+                    Ok((counts, flag)) => {
                         let span = tracing::Span::current();
                         span.record("attempts", attempt);
                         span.record("inserted", counts.inserted);
@@ -60,10 +62,17 @@ impl Job {
                         span.record("stale", counts.stale);
                         span.record("deleted", counts.deleted);
                         span.record("skipped", counts.skipped);
-                        tracing::info!("day synced");
+                        if let Some(neighbours) = neighbours {
+                            neighbours.synced(day, counts.fetched());
+                        }
+                        match &flag {
+                            Some(flag) => tracing::warn!(%flag, "day synced, flagged"),
+                            None => tracing::info!("day synced"),
+                        }
                         let mut report = DayReport::new(day, counts);
                         report.attempts = attempt;
                         report.elapsed = started.elapsed();
+                        report.flag = flag;
                         self.emit(Event::DayFinished { report: &report });
                         return Ok(report);
                     }
@@ -114,15 +123,18 @@ impl Job {
         .await
     }
 
-    /// One attempt: fetch, then the one write path. A panic in either is
-    /// caught and becomes this day's error.
+    /// One attempt: fetch, the per-day checks, then the one write path. A
+    /// panic in any is caught and becomes this day's error. A day a check
+    /// flags is written with its flag, or refused before anything is
+    /// written.
     async fn attempt<S, F>(
         &self,
         store: &S,
         fetch: &F,
         day: NaiveDate,
         run_id: &RunId,
-    ) -> Result<Counts>
+        neighbours: Option<&Neighbours>,
+    ) -> Result<(Counts, Option<Flag>)>
     where
         S: Store + ?Sized,
         F: Fetch + ?Sized,
@@ -145,7 +157,8 @@ impl Job {
                         run_id,
                     };
                     let write = whole_day(day, records, options, stamp)?;
-                    write_day(store, write, options).await
+                    let flag = self.check(neighbours, day, write.fetched())?;
+                    Ok((write_day(store, write, options).await?, flag))
                 }
                 Body::Stream(chunks) => {
                     // Stamped when the stream has ended: the apply begins
@@ -156,7 +169,8 @@ impl Job {
                         run_id,
                     };
                     let write = streamed_day(day, chunks, options, stamp).await?;
-                    write_day(store, write, options).await
+                    let flag = self.check(neighbours, day, write.fetched())?;
+                    Ok((write_day(store, write, options).await?, flag))
                 }
             }
         };
@@ -173,6 +187,24 @@ impl Job {
                 message: panic_message(&*panic),
             })
         })
+    }
+}
+
+impl Job {
+    /// The day's flag by the checks, or its refusal.
+    fn check(
+        &self,
+        neighbours: Option<&Neighbours>,
+        day: NaiveDate,
+        fetched: u64,
+    ) -> Result<Option<Flag>> {
+        let Some(flag) = neighbours.and_then(|n| n.judge(&self.checks, day, fetched)) else {
+            return Ok(None);
+        };
+        match flag.action {
+            CheckAction::Fail => Err(Error::CheckFailed(Box::new(flag))),
+            _ => Ok(Some(flag)),
+        }
     }
 }
 

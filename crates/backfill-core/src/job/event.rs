@@ -73,6 +73,7 @@ impl Event<'_> {
     ///
     /// ```text
     /// 2026-01-05 synced: inserted 2 updated 0 deleted 0 unchanged 0 stale 0 skipped 0 (1 attempt)
+    /// 2026-01-06 synced: inserted 40 … (1 attempt) FLAGGED volume check: 40 records fetched, fewer than 250 …
     /// 2026-01-06 attempt 1 failed, retrying in 1.6 s: fetching 2026-01-06 failed: …
     /// 2026-01-07 FAILED after 3 attempts: fetching 2026-01-07 failed: …
     /// ```
@@ -93,7 +94,10 @@ impl Event<'_> {
                     c.skipped,
                     report.attempts,
                     plural(report.attempts)
-                )
+                ) + &report
+                    .flag
+                    .as_ref()
+                    .map_or(String::new(), |flag| format!(" FLAGGED {flag}"))
             }
             Event::DayRetrying {
                 day,

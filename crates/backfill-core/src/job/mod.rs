@@ -21,16 +21,18 @@ mod select;
 mod shard;
 mod stop;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{NaiveDate, TimeZone};
 use futures_util::StreamExt;
 use tracing::Instrument;
 
+use crate::check::Checks;
 use crate::counts::Mode;
 use crate::error::{Error, Result};
 use crate::fetch::Fetch;
@@ -102,6 +104,7 @@ pub struct Job {
     shard: Option<Shard>,
     stop: StopHandle,
     run_id: Option<RunId>,
+    checks: Checks,
 }
 
 impl Default for Job {
@@ -126,6 +129,7 @@ impl fmt::Debug for Job {
             .field("shard", &self.shard)
             .field("stopped", &self.stop.is_stopped())
             .field("run_id", &self.run_id)
+            .field("checks", &self.checks)
             .finish()
     }
 }
@@ -152,7 +156,16 @@ impl Job {
             shard: None,
             stop: StopHandle::new(),
             run_id: None,
+            checks: Checks::default(),
         }
+    }
+
+    /// The per-day [checks](crate::check) of each day's fetched count
+    /// against its neighbours' in the ledger (default [`Checks::default`]:
+    /// both warn). [`Checks::off`] makes none.
+    pub fn checks(mut self, checks: Checks) -> Self {
+        self.checks = checks;
+        self
     }
 
     /// Uses `clock` to know the current instant.
@@ -347,7 +360,8 @@ impl Job {
             return Ok(report);
         }
         let run_id = self.run_id.clone().unwrap_or_default();
-        self.run_day(store, fetch, day, &run_id)
+        let neighbours = self.neighbours(store, day..=day).await?;
+        self.run_day(store, fetch, day, &run_id, neighbours.as_ref())
             .await
             .map_err(|(error, _)| error)
     }
@@ -491,14 +505,29 @@ impl Job {
     {
         let planned = every_day(days)?;
         let range = planned[0]..=planned[planned.len() - 1];
-        let mut ledger = store.ledger(range).await?.into_iter().peekable();
+        let read = match self.checks.any() {
+            true => self.checks.neighbourhood(range),
+            false => range,
+        };
+        let entries = store.ledger(read).await?;
+        let counts = crate::check::synced_counts(&entries);
+        let mut ledger = entries.iter().peekable();
         let mut status = Status::default();
         for day in planned {
-            let entry = ledger.next_if(|e| e.day == day);
+            while ledger.next_if(|e| e.day < day).is_some() {}
+            let entry = ledger.next_if(|e| e.day == day).cloned();
+            let state = entry.as_ref().map_or(DayState::Missing, LedgerEntry::state);
+            // A synced day's count, judged as a run would judge it now.
+            let flag = entry
+                .as_ref()
+                .filter(|e| state == DayState::Synced && e.accepted.is_none())
+                .and_then(|e| e.synced.as_ref())
+                .and_then(|synced| self.checks.judge(day, synced.counts.fetched(), &counts));
             status.days.push(DayStatus {
                 day,
-                state: entry.as_ref().map_or(DayState::Missing, LedgerEntry::state),
+                state,
                 entry,
+                flag,
             });
         }
         Ok(status)
@@ -535,6 +564,11 @@ impl Job {
             return Ok(report);
         }
 
+        let neighbours = match report.planned.first().zip(report.planned.last()) {
+            Some((first, last)) => self.neighbours(store, *first..=*last).await?,
+            None => None,
+        };
+        let neighbours = neighbours.as_ref();
         let stop = AtomicBool::new(false);
         let stop = &stop;
         let mut outcomes: Vec<Outcome> = futures_util::stream::iter(report.planned.clone())
@@ -542,7 +576,7 @@ impl Job {
                 if stop.load(Ordering::SeqCst) || self.stop.is_stopped() {
                     return Outcome::Skipped(day);
                 }
-                match self.run_day(store, fetch, day, run_id).await {
+                match self.run_day(store, fetch, day, run_id, neighbours).await {
                     Ok(day_report) => Outcome::Done(day_report),
                     Err((error, attempts)) => {
                         if self.fail_fast || error.is_fatal() {
@@ -590,6 +624,72 @@ impl Job {
                 failed, report,
             ))))
         }
+    }
+}
+
+impl Job {
+    /// What the per-day checks of `days` judge by: the ledger around them,
+    /// read once (`None` when no check is on).
+    async fn neighbours<S>(
+        &self,
+        store: &S,
+        days: RangeInclusive<NaiveDate>,
+    ) -> Result<Option<Neighbours>>
+    where
+        S: Store + ?Sized,
+    {
+        if !self.checks.any() {
+            return Ok(None);
+        }
+        let entries = store.ledger(self.checks.neighbourhood(days)).await?;
+        Ok(Some(Neighbours {
+            counts: Mutex::new(crate::check::synced_counts(&entries).into_iter().collect()),
+            accepted: entries
+                .iter()
+                .filter(|e| e.accepted.is_some())
+                .map(|e| e.day)
+                .collect(),
+        }))
+    }
+}
+
+/// The fetched counts a run's checks judge each day by: the ledger's when
+/// the run started, and each day's own as the run syncs it.
+pub(super) struct Neighbours {
+    counts: Mutex<BTreeMap<NaiveDate, u64>>,
+    accepted: BTreeSet<NaiveDate>,
+}
+
+impl Neighbours {
+    /// `day`'s flag, if it has one, by `checks`.
+    pub(super) fn judge(
+        &self,
+        checks: &Checks,
+        day: NaiveDate,
+        fetched: u64,
+    ) -> Option<crate::Flag> {
+        if self.accepted.contains(&day) {
+            return None;
+        }
+        let window = chrono::Days::new(u64::from(checks.window_days()));
+        let start = day.checked_sub_days(window).unwrap_or(NaiveDate::MIN);
+        let end = day.checked_add_days(window).unwrap_or(NaiveDate::MAX);
+        let around: Vec<(NaiveDate, u64)> = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .range(start..=end)
+            .map(|(d, n)| (*d, *n))
+            .collect();
+        checks.judge(day, fetched, &around)
+    }
+
+    /// Records that `day` synced with `fetched` records.
+    pub(super) fn synced(&self, day: NaiveDate, fetched: u64) {
+        self.counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(day, fetched);
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use chrono::NaiveDate;
 
 use super::select::NotSelected;
+use crate::check::Flag;
 use crate::counts::Counts;
 use crate::ledger::RunId;
 
@@ -35,6 +36,9 @@ pub struct DayReport {
     /// Whether this was a dry run: nothing fetched or written, no attempt
     /// made (`attempts` is 0).
     pub dry_run: bool,
+    /// The per-day [check](crate::check) that flagged the day, if one did
+    /// (with the action `warn`: the day was written).
+    pub flag: Option<Flag>,
 }
 
 impl DayReport {
@@ -61,6 +65,7 @@ impl DayReport {
             attempts: 1,
             elapsed: Duration::ZERO,
             dry_run: false,
+            flag: None,
         }
     }
 }

@@ -5,6 +5,7 @@ use std::fmt;
 
 use chrono::{DateTime, NaiveDate, Utc};
 
+use crate::check::Flag;
 use crate::ledger::{DayState, LedgerEntry};
 
 /// Which days of a range a job runs, by the store's ledger.
@@ -90,12 +91,21 @@ pub struct DayStatus {
     pub state: DayState,
     /// Its ledger row, if it has one.
     pub entry: Option<LedgerEntry>,
+    /// For a synced day, the per-day [check](crate::check) that flags its
+    /// count against its neighbours' as they stand now (an
+    /// [accepted](LedgerEntry::accepted) day has none).
+    pub flag: Option<Flag>,
 }
 
 impl Status {
     /// How many days are in `state`.
     pub fn count(&self, state: DayState) -> usize {
         self.days.iter().filter(|d| d.state == state).count()
+    }
+
+    /// How many days a check flags.
+    pub fn flagged(&self) -> usize {
+        self.days.iter().filter(|d| d.flag.is_some()).count()
     }
 }
 
@@ -158,11 +168,20 @@ impl fmt::Display for Status {
                 (None, Some(s)) => s.run_id.as_ref().map_or(String::new(), ToString::to_string),
                 (None, None) => String::new(),
             };
+            let last = match (&day.flag, day.entry.as_ref().and_then(|e| e.accepted)) {
+                (Some(flag), _) => format!("{last}  FLAGGED {flag}"),
+                (None, Some(at)) => format!("{last}  accepted {}", at.format("%Y-%m-%d %H:%M:%S")),
+                (None, None) => last,
+            };
+            let state = match day.flag {
+                Some(_) => "flagged".to_owned(),
+                None => day.state.to_string(),
+            };
             writeln!(
                 f,
                 "{:<10}  {:<7}  {:<19}  {:<7}  {:>8}  {:>8}  {:>8}  {:>9}  {:>6}  {}",
                 day.day,
-                day.state,
+                state,
                 at,
                 mode,
                 cell(c.inserted),
@@ -180,6 +199,10 @@ impl fmt::Display for Status {
             self.count(DayState::Synced),
             self.count(DayState::Failed),
             self.count(DayState::Missing)
-        )
+        )?;
+        match self.flagged() {
+            0 => Ok(()),
+            n => write!(f, "; {n} synced flagged by a check"),
+        }
     }
 }

@@ -11,8 +11,8 @@ use chrono_tz::Tz;
 
 use super::*;
 use crate::{
-    BoxError, Counts, DayState, Fatal, Fetched, MemoryStore, Mode, Record, ReplaceGuard, Store,
-    Transient,
+    BoxError, CheckAction, Checks, Counts, DayState, Fatal, Fetched, MemoryStore, Mode, Record,
+    ReplaceGuard, Store, Transient,
 };
 
 fn utc(y: i32, m: u32, d: u32, h: u32, min: u32) -> DateTime<Utc> {
@@ -760,4 +760,118 @@ async fn a_fatal_fetch_error_stops_the_run_and_leaves_the_ledger() {
         source: Box::new(Transient::new("503")),
     };
     assert!(error.is_retryable() && !error.is_fatal());
+}
+
+/// Sixty days from Thursday 1 January 2026: weekdays 200 records,
+/// weekends 120 (60 %), and the 41st day (10 February) 20 (10 %).
+fn sixty_days(day: NaiveDate) -> std::future::Ready<Result<Vec<Record>, Transient>> {
+    let n = if day == date(2026, 2, 10) {
+        20
+    } else if day.weekday().number_from_monday() >= 6 {
+        120
+    } else {
+        200
+    };
+    std::future::ready(Ok(records_of(day, n)))
+}
+
+fn sixty() -> std::ops::RangeInclusive<NaiveDate> {
+    date(2026, 1, 1)..=date(2026, 3, 1)
+}
+
+fn flagged_in_status(status: &Status) -> Vec<NaiveDate> {
+    status
+        .days
+        .iter()
+        .filter(|d| d.flag.is_some())
+        .map(|d| d.day)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_day_at_a_tenth_is_flagged_and_weekends_are_not() {
+    let day_41 = date(2026, 2, 10);
+    let store = MemoryStore::new();
+    let job = Job::new().concurrency(4);
+    let report = job.backfill(&store, &sixty_days, sixty()).await.unwrap();
+    assert_eq!(report.days.len(), 60);
+    let flagged: Vec<_> = report.days.iter().filter(|d| d.flag.is_some()).collect();
+    assert_eq!(flagged.len(), 1, "{flagged:?}");
+    let flag = flagged[0].flag.as_ref().unwrap();
+    assert_eq!((flagged[0].day, flag.fetched), (day_41, 20));
+    assert_eq!(
+        (flag.median, flag.threshold, flag.action),
+        (200, 50, CheckAction::Warn)
+    );
+    // Warned, so written.
+    assert_eq!(store.day_rows(day_41).await.unwrap().len(), 20);
+    let status = job.status(&store, sixty()).await.unwrap();
+    assert_eq!(flagged_in_status(&status), [day_41]);
+    assert!(status.to_string().contains("1 synced flagged by a check"));
+    let json = serde_json::to_value(&report).unwrap();
+    let day = &json["days"][40];
+    assert_eq!(day["flag"]["check"], "volume");
+    assert_eq!(day["flag"]["fetched"], 20);
+
+    // Accepted, it is never flagged again, through re-runs.
+    store
+        .accept(day_41, Some(utc(2026, 3, 2, 9, 0)))
+        .await
+        .unwrap();
+    let again = job.backfill(&store, &sixty_days, sixty()).await.unwrap();
+    assert!(again.days.iter().all(|d| d.flag.is_none()));
+    let status = job.status(&store, sixty()).await.unwrap();
+    assert_eq!(flagged_in_status(&status), []);
+    let entry = status.days[40].entry.as_ref().unwrap();
+    assert_eq!(entry.accepted, Some(utc(2026, 3, 2, 9, 0)));
+    // Taken back, it is flagged again.
+    store.accept(day_41, None).await.unwrap();
+    let status = job.status(&store, sixty()).await.unwrap();
+    assert_eq!(flagged_in_status(&status), [day_41]);
+    // With no check, nothing is.
+    let unchecked = Job::new().checks(Checks::off());
+    let status = unchecked.status(&store, sixty()).await.unwrap();
+    assert_eq!(flagged_in_status(&status), []);
+}
+
+#[tokio::test]
+async fn a_day_failing_a_check_set_to_fail_is_refused_until_accepted() {
+    let day_41 = date(2026, 2, 10);
+    let store = MemoryStore::new();
+    let job = Job::new().checks(Checks::default().volume(CheckAction::Fail));
+    let Err(Error::Backfill(failed)) = job.backfill(&store, &sixty_days, sixty()).await else {
+        panic!("day 41 fails its check");
+    };
+    assert_eq!(failed.report.days.len(), 59);
+    assert_eq!(failed.failed.len(), 1);
+    let (day, error) = &failed.failed[0];
+    assert_eq!(*day, day_41);
+    assert!(
+        matches!(error, Error::CheckFailed(flag) if flag.fetched == 20),
+        "{error}"
+    );
+    // Not retried, nothing written, the reason in the ledger.
+    assert_eq!(failed.report.failed[0].attempts, 1);
+    assert!(store.day_rows(day_41).await.unwrap().is_empty());
+    let entry = store.ledger(day_41..=day_41).await.unwrap().remove(0);
+    assert_eq!(entry.state(), DayState::Failed);
+    let reason = &entry.failure.unwrap().error;
+    assert!(
+        reason.starts_with("2026-02-10: volume check: 20 records fetched, fewer than 50"),
+        "{reason}"
+    );
+    // Accepted, the day is written; a re-run keeps it accepted.
+    store
+        .accept(day_41, Some(utc(2026, 3, 2, 9, 0)))
+        .await
+        .unwrap();
+    let report = job.sync_day(&store, &sixty_days, day_41).await.unwrap();
+    assert_eq!((report.counts.inserted, report.flag), (20, None));
+    let report = job.backfill(&store, &sixty_days, sixty()).await.unwrap();
+    assert_eq!(report.failed.len(), 0);
+    let entry = store.ledger(day_41..=day_41).await.unwrap().remove(0);
+    assert_eq!(
+        (entry.state(), entry.accepted),
+        (DayState::Synced, Some(utc(2026, 3, 2, 9, 0)))
+    );
 }

@@ -31,7 +31,9 @@ mod values;
 
 use std::time::Duration;
 
-use crate::{EventDates, Job, Mode, ReplaceGuard, Retry, DEFAULT_MAX_DELETE_FRACTION};
+use crate::{
+    CheckAction, Checks, EventDates, Job, Mode, ReplaceGuard, Retry, DEFAULT_MAX_DELETE_FRACTION,
+};
 
 #[cfg(feature = "config")]
 pub use file::{ConfigError, Profiles, CONFIG_FILE};
@@ -109,6 +111,15 @@ pub struct Settings {
     pub allow_empty_replace: Option<bool>,
     /// The largest fraction of a day's live rows a listing may delete.
     pub max_delete_fraction: Option<f64>,
+    /// What a day with fewer records than `check_fraction` of its
+    /// neighbours' median becomes ([checks](crate::check)).
+    pub check_volume: Option<CheckAction>,
+    /// What a day with no record, where its neighbours had some, becomes.
+    pub check_empty: Option<CheckAction>,
+    /// The volume check's fraction of the neighbours' median.
+    pub check_fraction: Option<f64>,
+    /// The days on either side a day's count is compared with.
+    pub check_window: Option<u32>,
 }
 
 /// One setting's names, in [`KEYS`].
@@ -218,6 +229,14 @@ keys! {
         "let an empty listing empty a day";
     max_delete_fraction, "--max-delete-fraction", Some("BACKFILL_MAX_DELETE_FRACTION"), Some("max_delete_fraction"),
         "the largest fraction of a day a listing may delete";
+    check_volume, "--check-volume", Some("BACKFILL_CHECK_VOLUME"), Some("check_volume"),
+        "a day under check_fraction of its neighbours' median: off, warn or fail";
+    check_empty, "--check-empty", Some("BACKFILL_CHECK_EMPTY"), Some("check_empty"),
+        "a day with no record where its neighbours had some: off, warn or fail";
+    check_fraction, "--check-fraction", Some("BACKFILL_CHECK_FRACTION"), Some("check_fraction"),
+        "the volume check's fraction of the neighbours' median";
+    check_window, "--check-window", Some("BACKFILL_CHECK_WINDOW"), Some("check_window"),
+        "the days on either side a day's count is compared with";
 }
 
 impl Settings {
@@ -247,6 +266,10 @@ impl Settings {
             skip_unchanged: Some(false),
             allow_empty_replace: Some(false),
             max_delete_fraction: Some(DEFAULT_MAX_DELETE_FRACTION),
+            check_volume: Some(CheckAction::Warn),
+            check_empty: Some(CheckAction::Warn),
+            check_fraction: Some(crate::check::DEFAULT_MIN_FRACTION),
+            check_window: Some(crate::check::DEFAULT_CHECK_WINDOW),
         }
     }
 
@@ -258,7 +281,7 @@ impl Settings {
     /// # Errors
     ///
     /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) for an unknown time zone or
-    /// a fraction outside 0–1.
+    /// a fraction outside 0–1 (`max_delete_fraction`, `check_fraction`).
     pub fn job(&self) -> crate::Result<Job> {
         let s = self.over(&Settings::defaults());
         let fraction = s.max_delete_fraction.unwrap_or(DEFAULT_MAX_DELETE_FRACTION);
@@ -267,6 +290,19 @@ impl Settings {
                 "max_delete_fraction {fraction} is not between 0 and 1"
             )));
         }
+        let check_fraction = s
+            .check_fraction
+            .unwrap_or(crate::check::DEFAULT_MIN_FRACTION);
+        if !(0.0..=1.0).contains(&check_fraction) {
+            return Err(crate::Error::InvalidSetting(format!(
+                "check_fraction {check_fraction} is not between 0 and 1"
+            )));
+        }
+        let checks = Checks::default()
+            .volume(s.check_volume.unwrap_or_default())
+            .empty(s.check_empty.unwrap_or_default())
+            .min_fraction(check_fraction)
+            .window(s.check_window.unwrap_or(crate::check::DEFAULT_CHECK_WINDOW));
         let retries = s.retries.unwrap_or(DEFAULT_RETRIES);
         let delay = s.retry_delay.unwrap_or(DEFAULT_RETRY_DELAY);
         let max_delay = s.max_retry_delay.unwrap_or(DEFAULT_MAX_RETRY_DELAY);
@@ -288,7 +324,8 @@ impl Settings {
                 true => EventDates::Lenient,
                 false => EventDates::Strict,
             })
-            .skip_unchanged(s.skip_unchanged.unwrap_or(false));
+            .skip_unchanged(s.skip_unchanged.unwrap_or(false))
+            .checks(checks);
         // The write's own default is the same budget, left unset.
         if let Some(bytes) = s
             .stream_memory

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::{Job, Mode};
+use crate::{CheckAction, Job, Mode};
 
 /// A duration as a flag or a file writes it: `90s`, `10m`, `1h30m`,
 /// `250ms` (`humantime`'s syntax); `0` is zero.
@@ -199,6 +199,7 @@ parse_with! {
     u32 => |t| t.trim().parse().map_err(|_| format!("`{t}` is not a whole number"));
     f64 => parse_fraction;
     Mode => |t| t.trim().parse().map_err(|_| format!("`{t}` is not a mode: merge or replace"));
+    CheckAction => |t| t.trim().parse();
     Duration => parse_duration;
     usize => parse_size;
 }
@@ -241,6 +242,12 @@ impl Text for f64 {
 }
 
 impl Text for Mode {
+    fn text(&self) -> String {
+        self.as_str().to_owned()
+    }
+}
+
+impl Text for CheckAction {
     fn text(&self) -> String {
         self.as_str().to_owned()
     }
