@@ -200,7 +200,12 @@ impl Lineage {
             });
         }
         let (namespace, name) = &self.dataset;
-        let mut output = json!({ "namespace": namespace, "name": name, "facets": {} });
+        let mut output = json!({
+            "namespace": namespace,
+            "name": name,
+            "facets": {},
+            "outputFacets": {},
+        });
         if let Some(rows) = written {
             output["outputFacets"] = json!({
                 "outputStatistics": {
@@ -241,8 +246,8 @@ impl Lineage {
             "_producer": producer(),
             "_schemaURL": facet_schema(),
             "runId": self.run_id.as_str(),
-            "from": self.days.start().to_string(),
-            "to": self.days.end().to_string(),
+            "firstDay": self.days.start().to_string(),
+            "lastDay": self.days.end().to_string(),
             "mode": self.mode.as_str(),
         });
         let Some(report) = report else {

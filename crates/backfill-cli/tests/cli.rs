@@ -2452,8 +2452,8 @@ fn openlineage_from_the_command_line() {
         assert!(chrono::DateTime::parse_from_rfc3339(event["eventTime"].as_str().unwrap()).is_ok());
     }
     let facet = &end["run"]["facets"]["backfill"];
-    assert_eq!(facet["from"], jan(1).to_string());
-    assert_eq!(facet["to"], jan(3).to_string());
+    assert_eq!(facet["firstDay"], jan(1).to_string());
+    assert_eq!(facet["lastDay"], jan(3).to_string());
     assert_eq!(facet["days"]["synced"], 2);
     assert_eq!(facet["days"]["failed"], 1);
     assert_eq!(facet["failedDays"], serde_json::json!([jan(2).to_string()]));
