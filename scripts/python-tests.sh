@@ -18,9 +18,12 @@ if [[ ! -x "$venv/bin/python" ]]; then
     "$python" -m venv "$venv"
 fi
 # deltalake, polars and pyarrow: engines the package does not control,
-# reading its Delta tables (tests/test_delta.py).
+# reading its Delta tables (tests/test_delta.py). openlineage-python (pinned:
+# its classes carry the spec's facet versions) and jsonschema: the command
+# line's lineage events, read as OpenLineage's own client reads them
+# (tests/test_lineage.py).
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" pytest mypy \
-    "deltalake>=1.1,<2" "polars>=1.20" "pyarrow>=15"
+    "deltalake>=1.1,<2" "polars>=1.20" "pyarrow>=15" "openlineage-python==1.54.0" "jsonschema>=4.18"
 (
     cd "$repo/crates/backfill-python"
     VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" \

@@ -421,6 +421,38 @@ pub(crate) struct RunArgs {
     /// warning: the run's exit status is the run's.
     #[arg(long, env = "BACKFILL_METRICS_PUSH", value_name = "URL")]
     pub(crate) metrics_push: Option<String>,
+    /// Send the run's OpenLineage events (START, then COMPLETE, FAIL or
+    /// ABORT) to this lineage server: POSTed to `URL/api/v1/lineage`
+    /// (Marquez) when the URL has no path, to the URL as given otherwise.
+    /// A server that is down or answers an error is a warning: the run's
+    /// exit status is the run's.
+    #[arg(long, env = "BACKFILL_OPENLINEAGE_URL", value_name = "URL")]
+    pub(crate) openlineage_url: Option<String>,
+    /// Append the run's OpenLineage events to this file, one JSON event a
+    /// line (a file that cannot be written is a warning).
+    #[arg(long, env = "BACKFILL_OPENLINEAGE_FILE", value_name = "PATH")]
+    pub(crate) openlineage_file: Option<std::path::PathBuf>,
+    /// Sent to `--openlineage-url` as `Authorization: Bearer KEY`.
+    #[arg(
+        long,
+        env = "BACKFILL_OPENLINEAGE_API_KEY",
+        hide_env_values = true,
+        value_name = "KEY"
+    )]
+    pub(crate) openlineage_api_key: Option<String>,
+    /// The OpenLineage job's namespace.
+    #[arg(
+        long,
+        env = "BACKFILL_OPENLINEAGE_NAMESPACE",
+        default_value = "backfill",
+        value_name = "NAMESPACE"
+    )]
+    pub(crate) openlineage_namespace: String,
+    /// The OpenLineage job's name; by default the fetch's: the command's
+    /// program and its first plain words (`python3 fetch.py`), or the
+    /// `--fetch-files` path.
+    #[arg(long, env = "BACKFILL_OPENLINEAGE_JOB", value_name = "NAME")]
+    pub(crate) openlineage_job: Option<String>,
     /// The effective settings (`config::resolve`), which the job is built
     /// from.
     #[arg(skip)]

@@ -88,6 +88,7 @@ mod export;
 mod failure;
 pub mod fetch;
 pub mod jsonl;
+mod lineage;
 mod metrics;
 mod output;
 mod page;

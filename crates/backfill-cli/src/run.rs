@@ -5,13 +5,14 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use backfill_core::{
-    BackfillError, DayFailure, Error, Fetch, Job, RunReport, Select, StopHandle, Store,
+    BackfillError, DayFailure, Error, Fetch, Job, RunId, RunReport, Select, StopHandle, Store,
 };
 use chrono::NaiveDate;
 
 use crate::args::{BackfillArgs, OnlyArg, PurgeArgs, RunArgs, SyncArgs};
 use crate::config::{self, Resolved};
 use crate::fetch::{CommandFetch, FileFetch};
+use crate::lineage::{self, Ending, Lineage};
 use crate::output::{error_text, Output};
 use crate::store::{self, Access};
 use crate::{Failure, EXIT_DAYS_FAILED, EXIT_INTERRUPTED, EXIT_OK};
@@ -118,13 +119,32 @@ async fn execute(
             ))
         }
     };
-    let store: Box<dyn Store> = store::open(
+    // The run's id, chosen now so that the lineage events carry it from
+    // the start.
+    let run_id = args.run_id.as_deref().map(RunId::from).unwrap_or_default();
+    let job = job.run_id(run_id.clone());
+    let lineage = Lineage::new(args, &run_id, &days);
+    let opened = store::open(
         &args.store,
         Access::Write {
             connections: concurrency + 1,
         },
     )
-    .await?;
+    .await;
+    let store: Box<dyn Store> = match (opened, &lineage) {
+        (Ok(store), _) => store,
+        (Err(failure), Some(lineage)) => {
+            let event = lineage.end(&Ending::CannotRun(failure.to_string()));
+            lineage::emit(lineage.sinks(), event).await;
+            return Err(failure);
+        }
+        (Err(failure), None) => return Err(failure),
+    };
+    // Sent while the run starts; awaited before the run's last event, so
+    // that a slow server delays neither the run nor the order of events.
+    let started = lineage
+        .as_ref()
+        .map(|lineage| tokio::spawn(lineage::emit(lineage.sinks(), lineage.start())));
 
     let stop = StopHandle::new();
     let output = Arc::new(Output::new(args.json));
@@ -151,9 +171,25 @@ async fn execute(
             reword_failures(&*store, &mut report, &failed.failed).await;
             (report, cannot_run)
         }
-        Err(error) => return Err(Failure::store(&error, error.to_string())),
+        Err(error) => {
+            let failure = Failure::store(&error, error.to_string());
+            end_lineage(
+                lineage.as_ref(),
+                started,
+                Ending::CannotRun(failure.to_string()),
+            )
+            .await;
+            return Err(failure);
+        }
     };
     output.report(&report);
+    let cannot_run_text = cannot_run.as_ref().map(ToString::to_string);
+    end_lineage(
+        lineage.as_ref(),
+        started,
+        Ending::Ran(&report, cannot_run_text),
+    )
+    .await;
     export_metrics(args, &*store, &report, &days).await?;
     if let Some(failure) = cannot_run {
         return Err(failure);
@@ -172,6 +208,20 @@ async fn execute(
     } else {
         EXIT_OK
     })
+}
+
+/// Sends the run's last lineage event, once its START went.
+async fn end_lineage(
+    lineage: Option<&Lineage>,
+    started: Option<tokio::task::JoinHandle<()>>,
+    ending: Ending<'_>,
+) {
+    if let Some(started) = started {
+        let _ = started.await;
+    }
+    if let Some(lineage) = lineage {
+        lineage::emit(lineage.sinks(), lineage.end(&ending)).await;
+    }
 }
 
 /// Writes the run's metrics file and pushes them, when asked to: a file

@@ -374,7 +374,7 @@ fn read_pem(file: &Path) -> Result<Vec<u8>, Failure> {
 
 /// The password of a `scheme://user:password@host` URL or of a
 /// `password=` parameter, if any.
-fn password(url: &str) -> Option<String> {
+pub(crate) fn password(url: &str) -> Option<String> {
     if let Some((_, rest)) = url.split_once("://") {
         let authority = rest.split(['/', '?']).next().unwrap_or_default();
         if let Some((userinfo, _)) = authority.rsplit_once('@') {

@@ -2208,12 +2208,19 @@ struct Receiver {
 
 impl Receiver {
     fn start() -> Self {
+        Self::answering("200 OK")
+    }
+
+    /// A receiver of every request, answering each with `status`.
+    fn answering(status: &'static str) -> Self {
         use std::io::{BufRead, BufReader, Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (send, got) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let (stream, _) = listener.accept().unwrap();
+        std::thread::spawn(move || loop {
+            let Ok((stream, _)) = listener.accept() else {
+                return;
+            };
             let mut reader = BufReader::new(stream.try_clone().unwrap());
             let mut head = String::new();
             loop {
@@ -2236,9 +2243,14 @@ impl Receiver {
             reader.read_exact(&mut body).unwrap();
             let mut stream = stream;
             stream
-                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .write_all(
+                    format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                )
                 .unwrap();
-            send.send((head, String::from_utf8(body).unwrap())).unwrap();
+            if send.send((head, String::from_utf8(body).unwrap())).is_err() {
+                return;
+            }
         });
         Receiver { url, got }
     }
@@ -2364,6 +2376,245 @@ fn metrics_from_the_command_line() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(leftovers, ["orders.prom"]);
+}
+
+/// The lineage events a run sent to a receiver or wrote to a file, as
+/// JSON.
+fn events(lines: &str) -> Vec<Value> {
+    lines
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+/// `--openlineage-url` and `--openlineage-file`: START, then FAIL for a run
+/// with a failed day (its error in `errorMessage`) or COMPLETE, both to a
+/// Marquez-like receiver and to a JSON Lines file; the run id is the
+/// report's, the counts are the report's, the table is the output; no
+/// secret of the command, its environment or the API key is in any event;
+/// a receiver that is down or answers an error is a warning.
+#[test]
+fn openlineage_from_the_command_line() {
+    const SECRET: &str = "wJalrXUtnFEMI-K7MDENG";
+    let dir = tempfile::tempdir().unwrap();
+    for d in 1..=3 {
+        let day = jan(d);
+        let lines: Vec<String> = (0..u64::from(d) + 1)
+            .map(|i| {
+                format!(
+                    r#"{{"key":"o:{day}:{i}","event_date":"{day}","value":{i},"updated_at":"{day}T09:00:00Z"}}"#
+                )
+            })
+            .collect();
+        std::fs::write(dir.path().join(format!("{day}.jsonl")), lines.join("\n")).unwrap();
+    }
+    // Day 2 fails, and its fetch says a secret of its environment.
+    let fetch = format!(
+        "TOKEN=tok-{SECRET} sh -c 'if [ {{day}} = {} ]; then echo \"denied for $AWS_SECRET_ACCESS_KEY\" >&2; exit 1; fi; cat {{day}}.jsonl'",
+        jan(2)
+    );
+    let receiver = Receiver::start();
+    let output = run(range(&mut backfill(dir.path()), 1, 3)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET)
+        .args(["--fetch-cmd", &fetch, "--json"])
+        .args(["--openlineage-url", &receiver.url])
+        .args(["--openlineage-file", "lineage.jsonl"])
+        .args(["--openlineage-api-key", "key-0123456789"]));
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let report = json(&output);
+    let run_id = report["run_id"].as_str().unwrap();
+
+    let (start_head, start) = receiver.request();
+    let (end_head, end) = receiver.request();
+    for head in [&start_head, &end_head] {
+        assert!(head.starts_with("POST /api/v1/lineage HTTP/1.1"), "{head}");
+        assert!(head.contains("Bearer key-0123456789"), "{head}");
+    }
+    let file = std::fs::read_to_string(dir.path().join("lineage.jsonl")).unwrap();
+    assert_eq!(events(&file), events(&format!("{start}\n{end}")));
+    for text in [&file, &start_head, &end_head] {
+        assert!(!text.contains(SECRET), "{text}");
+    }
+    assert!(!file.contains("key-0123456789"), "{file}");
+    let [start, end] = <[Value; 2]>::try_from(events(&file)).unwrap();
+
+    assert_eq!(start["eventType"], "START");
+    assert_eq!(end["eventType"], "FAIL");
+    for event in [&start, &end] {
+        assert_eq!(event["run"]["runId"], run_id);
+        assert_eq!(event["run"]["facets"]["backfill"]["runId"], run_id);
+        assert_eq!(event["job"]["namespace"], "backfill");
+        assert_eq!(event["job"]["name"], "sh");
+        let output = &event["outputs"][0];
+        let db = dir.path().canonicalize().unwrap().join("backfill.db");
+        assert_eq!(output["namespace"], format!("sqlite://{}", db.display()));
+        assert_eq!(output["name"], "backfill_records");
+        assert!(chrono::DateTime::parse_from_rfc3339(event["eventTime"].as_str().unwrap()).is_ok());
+    }
+    let facet = &end["run"]["facets"]["backfill"];
+    assert_eq!(facet["firstDay"], jan(1).to_string());
+    assert_eq!(facet["lastDay"], jan(3).to_string());
+    assert_eq!(facet["days"]["synced"], 2);
+    assert_eq!(facet["days"]["failed"], 1);
+    assert_eq!(facet["failedDays"], serde_json::json!([jan(2).to_string()]));
+    let days = report["days"].as_array().unwrap();
+    for kind in [
+        "inserted",
+        "updated",
+        "deleted",
+        "unchanged",
+        "stale",
+        "unlisted",
+        "collapsed",
+    ] {
+        let sum: u64 = days
+            .iter()
+            .map(|d| d["counts"][kind].as_u64().unwrap())
+            .sum();
+        assert_eq!(facet["counts"][kind], sum, "{kind}");
+    }
+    let (inserted, written) = totals(&report);
+    assert_eq!(inserted, 2 + 4);
+    assert_eq!(
+        end["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"],
+        written
+    );
+    let error = end["run"]["facets"]["errorMessage"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(error.starts_with(&format!("{}: ", jan(2))), "{error}");
+    assert!(error.contains("denied for ***"), "{error}");
+    assert!(start["run"]["facets"].get("errorMessage").is_none());
+
+    // A run where no day fails: COMPLETE; a server that is down only
+    // warns, the events still reach the file.
+    let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", down.local_addr().unwrap());
+    drop(down);
+    let output = run(range(&mut backfill(dir.path()), 3, 3)
+        .args(["--fetch-files", "{day}.jsonl", "--json"])
+        .args(["--openlineage-url", &url])
+        .args(["--openlineage-file", "lineage.jsonl"]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let stderr = text(&output.stderr);
+    assert_eq!(
+        stderr
+            .matches("warning: cannot send the lineage event")
+            .count(),
+        2,
+        "{}",
+        show(&output)
+    );
+    let all = events(&std::fs::read_to_string(dir.path().join("lineage.jsonl")).unwrap());
+    assert_eq!(all.len(), 4);
+    assert_eq!(all[2]["eventType"], "START");
+    assert_eq!(all[3]["eventType"], "COMPLETE");
+    assert_eq!(all[3]["run"]["runId"], json(&output)["run_id"]);
+    assert_eq!(all[3]["job"]["name"], "{day}.jsonl");
+    assert!(all[3]["run"]["facets"].get("errorMessage").is_none());
+
+    // A server that answers an error, and a file that cannot be written:
+    // warnings, and the run's exit status is its own.
+    let failing = Receiver::answering("500 Internal Server Error");
+    let output = run(range(&mut backfill(dir.path()), 3, 3)
+        .args(["--fetch-files", "{day}.jsonl"])
+        .args(["--openlineage-url", &format!("{}/custom/path", failing.url)])
+        .args(["--openlineage-file", "no/such/dir/lineage.jsonl"]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let (head, _) = failing.request();
+    assert!(head.starts_with("POST /custom/path HTTP/1.1"), "{head}");
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("warning: cannot send the lineage event")
+            && stderr.contains("warning: cannot write the lineage event"),
+        "{}",
+        show(&output)
+    );
+}
+
+/// A Postgres store's URL holds a password: the events name the table by
+/// host, port, database, schema and table, and never hold the password;
+/// a store that cannot be reached sends FAIL, with no START before it.
+#[tokio::test]
+async fn openlineage_never_shows_the_store_password() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join(format!("{}.jsonl", jan(1))),
+        format!(
+            r#"{{"key":"a","event_date":"{}","value":1,"updated_at":"{}T09:00:00Z"}}"#,
+            jan(1),
+            jan(1)
+        ),
+    )
+    .unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let url = format!("postgres://app:hunter2-lineage@127.0.0.1:{port}/shop?connect_timeout=2");
+    let output = run(range(&mut backfill(dir.path()), 1, 1)
+        .args(["--store", &url, "--fetch-files", "{day}.jsonl"])
+        .args(["--openlineage-file", "down.jsonl"]));
+    assert_eq!(code(&output), 3, "{}", show(&output));
+    let file = std::fs::read_to_string(dir.path().join("down.jsonl")).unwrap();
+    assert!(!file.contains("hunter2"), "{file}");
+    let [fail] = <[Value; 1]>::try_from(events(&file)).unwrap();
+    assert_eq!(fail["eventType"], "FAIL");
+    assert_eq!(
+        fail["outputs"][0]["namespace"],
+        format!("postgres://127.0.0.1:{port}")
+    );
+    assert_eq!(fail["outputs"][0]["name"], "shop.public.backfill_records");
+    assert!(fail["run"]["facets"]["errorMessage"]["message"].is_string());
+
+    // A real run, as a role of its own with a password.
+    let Some(admin) = backfill_testkit::url().await else {
+        return;
+    };
+    let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let role = backfill_testkit::unique_schema();
+    let password = format!("pw-{role}-s3cret");
+    client
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN PASSWORD '{password}'; \
+             GRANT CREATE ON DATABASE postgres TO {role};"
+        ))
+        .await
+        .unwrap();
+    let rest = admin.split_once('@').unwrap().1;
+    let url = format!("postgres://{role}:{password}@{rest}");
+    let (host_port, database) = rest.split('?').next().unwrap().split_once('/').unwrap();
+    let schema = backfill_testkit::unique_schema();
+    let output = run(range(&mut backfill(dir.path()), 1, 1)
+        .args(["--store", &url, "--schema", &schema, "--json"])
+        .args(["--fetch-files", "{day}.jsonl"])
+        .args(["--openlineage-file", "pg.jsonl"]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let file = std::fs::read_to_string(dir.path().join("pg.jsonl")).unwrap();
+    assert!(!file.contains(&password), "{file}");
+    let [start, complete] = <[Value; 2]>::try_from(events(&file)).unwrap();
+    assert_eq!(start["eventType"], "START");
+    assert_eq!(complete["eventType"], "COMPLETE");
+    let host_port = if host_port.contains(':') {
+        host_port.to_owned()
+    } else {
+        format!("{host_port}:5432")
+    };
+    assert_eq!(
+        complete["outputs"][0]["namespace"],
+        format!("postgres://{host_port}")
+    );
+    assert_eq!(
+        complete["outputs"][0]["name"],
+        format!("{database}.{schema}.backfill_records")
+    );
+    assert_eq!(
+        complete["run"]["facets"]["backfill"]["counts"]["inserted"],
+        1
+    );
+    assert_eq!(complete["run"]["runId"], json(&output)["run_id"]);
 }
 
 /// The browser that renders `status --format html` in the page test:
