@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use backfill_core::columns::{Column, ColumnType};
 use backfill_core::settings::{parse_duration, parse_fraction, parse_size, Settings};
-use backfill_core::{Mode, Shard};
+use backfill_core::{CheckAction, Mode, Shard};
 use chrono::{DateTime, NaiveDate, Utc};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -84,6 +84,15 @@ Examples:
   backfill status --from 2026-01-01 --to 2026-01-31 --format table
   backfill status --from 2026-01-01 --to 2026-01-31 --json | jq '.[] | select(.state == \"failed\")'")]
     Status(StatusArgs),
+    /// Mark days as right as they are: the per-day checks (`--check-volume`,
+    /// `--check-empty`) no longer flag or refuse them, through re-runs,
+    /// until `--undo`.
+    #[command(after_help = "\
+Examples:
+  # 2026-02-10 came back small, and it was a holiday
+  backfill accept 2026-02-10
+  backfill accept 2026-02-10 --undo")]
+    Accept(AcceptArgs),
     /// Remove tombstones (deleted keys' markers) last changed before an
     /// instant. A re-delivery older than a purged tombstone can then bring
     /// its key back: purge only before what upstream can still send.
@@ -399,6 +408,47 @@ pub(crate) struct RunArgs {
     /// of its last sync (nothing read or written).
     #[arg(long)]
     pub(crate) skip_unchanged: bool,
+    /// A day that fetched fewer records than `--check-fraction` of the
+    /// median of the synced days around it (`--check-window` days on
+    /// either side, at least 7 of them): `warn` writes it and flags it in
+    /// the report and `status`, `fail` refuses it (nothing written, the
+    /// day failed until `backfill accept DAY`), `off` checks nothing.
+    #[arg(
+        long,
+        env = "BACKFILL_CHECK_VOLUME",
+        default_value = default_text("check_volume"),
+        value_parser = PossibleValuesParser::new(CheckAction::ALL.map(CheckAction::as_str))
+            .map(|a| a.parse::<CheckAction>().unwrap_or_default()),
+    )]
+    pub(crate) check_volume: CheckAction,
+    /// A day that fetched no record where the days around it have some:
+    /// `warn`, `fail` or `off`, as `--check-volume`.
+    #[arg(
+        long,
+        env = "BACKFILL_CHECK_EMPTY",
+        default_value = default_text("check_empty"),
+        value_parser = PossibleValuesParser::new(CheckAction::ALL.map(CheckAction::as_str))
+            .map(|a| a.parse::<CheckAction>().unwrap_or_default()),
+    )]
+    pub(crate) check_empty: CheckAction,
+    /// The volume check's fraction of the median (`0.25`, or `25%`): a
+    /// weekend at 60 % of a weekday passes, a day at 10 % does not.
+    #[arg(
+        long,
+        env = "BACKFILL_CHECK_FRACTION",
+        default_value = default_text("check_fraction"),
+        value_parser = parse_fraction,
+        value_name = "F"
+    )]
+    pub(crate) check_fraction: f64,
+    /// The days on either side of a day whose counts it is compared with.
+    #[arg(
+        long,
+        env = "BACKFILL_CHECK_WINDOW",
+        default_value = default_text("check_window"),
+        value_name = "DAYS"
+    )]
+    pub(crate) check_window: u32,
     /// Print the days that would run, fetch and write nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
@@ -549,6 +599,21 @@ pub(crate) struct PurgeArgs {
     /// Print `{"purged": N}` on stdout.
     #[arg(long)]
     pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AcceptArgs {
+    /// The days (YYYY-MM-DD, `today` or `yesterday`).
+    #[arg(required = true, value_parser = parse_day, value_name = "DAY")]
+    pub(crate) days: Vec<DayArg>,
+    /// Take the acceptance back: the checks judge the days again.
+    #[arg(long)]
+    pub(crate) undo: bool,
+    /// The time zone of `today` and `yesterday`.
+    #[arg(long, env = "BACKFILL_TZ", default_value = default_text("time_zone"), value_parser = parse_zone, value_name = "ZONE")]
+    pub(crate) tz: chrono_tz::Tz,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
 }

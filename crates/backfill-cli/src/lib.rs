@@ -154,6 +154,7 @@ pub fn main() -> ExitCode {
             Command::Sync(args) => run::sync(args, &resolved).await,
             Command::Backfill(args) => run::backfill(args, &resolved).await,
             Command::Status(args) => status::run(args, &resolved).await,
+            Command::Accept(args) => run::accept(args, &resolved).await,
             Command::PurgeTombstones(args) => run::purge(args, &resolved).await,
             Command::Rows(args) => export::rows(args, &resolved).await,
             Command::History(args) => export::history(args, &resolved).await,

@@ -6,8 +6,9 @@
 //! run's numbers, replaced by the next), labelled with the table, so that
 //! one scrape sees each table's last run:
 //!
-//! - `backfill_run_days{outcome}`: days `synced`, `failed`, `skipped`
-//!   (by their digest: nothing written) and `not_started`;
+//! - `backfill_run_days{outcome}`: days `synced`, `flagged` (synced, and
+//!   flagged by a per-day check), `failed`, `skipped` (by their digest:
+//!   nothing written) and `not_started`;
 //! - `backfill_run_rows{kind}`: records `inserted`, `updated`, `deleted`,
 //!   `unchanged`, `stale`, `collapsed` and `skipped`, as the report counts
 //!   them;
@@ -62,10 +63,16 @@ impl RunMetrics<'_> {
             "Days of the table's last run, by outcome.",
             &["table", "outcome"],
         )?;
-        let digest_skipped = report.days.iter().filter(|d| d.counts.skipped > 0).count();
+        let flagged = report.days.iter().filter(|d| d.flag.is_some()).count();
+        let digest_skipped = report
+            .days
+            .iter()
+            .filter(|d| d.flag.is_none() && d.counts.skipped > 0)
+            .count();
         let outcomes = [
-            ("synced", report.days.len() - digest_skipped),
+            ("synced", report.days.len() - digest_skipped - flagged),
             ("skipped", digest_skipped),
+            ("flagged", flagged),
             ("failed", report.failed.len()),
             ("not_started", report.skipped.len()),
         ];

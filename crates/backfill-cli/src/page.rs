@@ -14,7 +14,7 @@ use crate::status::{run_or_error, Cell};
 /// The page's style: system fonts, a grid of weeks per month, the table
 /// scrolling on its own on a narrow screen.
 const STYLE: &str = "\
-:root{--synced:#2e9d4f;--empty:#38a3b8;--failed:#d1342f;--missing:#d9dce1;--ink:#1f2328;--muted:#59636e}
+:root{--synced:#2e9d4f;--empty:#38a3b8;--flagged:#e0a100;--failed:#d1342f;--missing:#d9dce1;--ink:#1f2328;--muted:#59636e}
 *{box-sizing:border-box}
 body{font:15px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:var(--ink);margin:0 auto;padding:16px;max-width:1100px}
 h1{font-size:1.4em;margin:0 0 4px}h2{font-size:1.1em;margin:28px 0 8px}
@@ -29,6 +29,7 @@ h1{font-size:1.4em;margin:0 0 4px}h2{font-size:1.1em;margin:28px 0 8px}
 .grid .dow{font-size:11px;color:var(--muted);text-align:center}
 .day{height:34px;border-radius:4px;font-size:12px;display:flex;align-items:center;justify-content:center;color:#fff}
 .synced{background:var(--synced)}.empty{background:var(--empty)}.failed{background:var(--failed);font-weight:700}
+.flagged{background:var(--flagged);color:var(--ink);font-weight:700}
 .missing{background:var(--missing);color:var(--ink)}.out{background:transparent}
 .failures{list-style:none;padding:0;margin:0}
 .failures li{border-left:4px solid var(--failed);background:#fdf1f0;padding:8px 12px;margin:0 0 8px;border-radius:0 4px 4px 0}
@@ -40,6 +41,9 @@ th:first-child,td:first-child,td.text,th.text{text-align:left}
 td.text{white-space:normal;min-width:16em;max-width:36em;word-break:break-word}
 tr.state-failed td:first-child{border-left:4px solid var(--failed)}
 tr.state-failed td{background:#fdf1f0}
+tr.state-flagged td:first-child{border-left:4px solid var(--flagged)}
+tr.state-flagged td{background:#fff8e1}
+.failures li.flag{border-left-color:var(--flagged);background:#fff8e1}
 ";
 
 /// The page of `status` for the table `table`, made at `now`.
@@ -67,6 +71,7 @@ pub(crate) fn page(status: &Status, table: &str, now: DateTime<Utc>) -> String {
     );
     legend(status, &mut out);
     months(status, &mut out);
+    flagged(status, &mut out);
     failures(status, &mut out);
     days(status, &mut out);
     out.push_str("</body>\n</html>\n");
@@ -149,6 +154,33 @@ fn tooltip(day: &DayStatus, cell: Cell) -> String {
     }
 }
 
+/// The days a check flags, each with why.
+fn flagged(status: &Status, out: &mut String) {
+    let flagged: Vec<_> = status
+        .days
+        .iter()
+        .filter_map(|d| Some((d.day, d.flag.as_ref()?)))
+        .collect();
+    let _ = writeln!(out, "<h2>Flagged days ({})</h2>", flagged.len());
+    if flagged.is_empty() {
+        out.push_str("<p>None.</p>\n");
+        return;
+    }
+    out.push_str(
+        "<p>Synced, with a count far below the days around them: \
+         <code>backfill accept DAY</code> if it is right.</p>\n<ul class=\"failures\">\n",
+    );
+    for (day, flag) in flagged {
+        let _ = writeln!(
+            out,
+            "<li class=\"flag\" id=\"flagged-{day}\"><strong>{day}</strong>\
+             <p class=\"error\">{}</p></li>",
+            escape(&flag.to_string())
+        );
+    }
+    out.push_str("</ul>\n");
+}
+
 /// The failed days, each with its whole last error.
 fn failures(status: &Status, out: &mut String) {
     let failed: Vec<_> = status
@@ -193,7 +225,7 @@ fn days(status: &Status, out: &mut String) {
         let synced = day.entry.as_ref().and_then(|e| e.synced.as_ref());
         let number = |n: Option<u64>| n.map_or("–".to_owned(), |n| n.to_string());
         let c = synced.map(|s| s.counts);
-        let last = run_or_error(day).unwrap_or("–");
+        let last = run_or_error(day).unwrap_or_else(|| "–".to_owned());
         let _ = writeln!(
             out,
             "<tr class=\"state-{}\" data-day=\"{}\"><td>{}</td><td class=\"text\">{}</td><td>{}</td>\
@@ -214,7 +246,7 @@ fn days(status: &Status, out: &mut String) {
             number(c.map(|c| c.deleted)),
             number(c.map(|c| c.unchanged)),
             number(c.map(|c| c.stale)),
-            escape(last)
+            escape(&last)
         );
     }
     out.push_str("</tbody></table></div>\n");

@@ -9,7 +9,7 @@ use backfill_core::{
 };
 use chrono::NaiveDate;
 
-use crate::args::{BackfillArgs, OnlyArg, PurgeArgs, RunArgs, SyncArgs};
+use crate::args::{AcceptArgs, BackfillArgs, OnlyArg, PurgeArgs, RunArgs, SyncArgs};
 use crate::config::{self, Resolved};
 use crate::fetch::{CommandFetch, FileFetch};
 use crate::lineage::{self, Ending, Lineage};
@@ -84,6 +84,26 @@ pub(crate) async fn purge(mut args: PurgeArgs, resolved: &Resolved) -> Result<u8
             args.before
                 .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
         );
+    }
+    Ok(EXIT_OK)
+}
+
+/// `backfill accept`: marks days accepted as they are, or takes that back.
+pub(crate) async fn accept(mut args: AcceptArgs, resolved: &Resolved) -> Result<u8, Failure> {
+    config::apply_store(resolved, &mut args.store)?;
+    let today = chrono::Utc::now().with_timezone(&args.tz).date_naive();
+    let days: Vec<NaiveDate> = args.days.iter().map(|d| d.resolve(today)).collect();
+    let store = store::open(&args.store, Access::Write { connections: 1 }).await?;
+    let at = (!args.undo).then(chrono::Utc::now);
+    for day in days {
+        store
+            .accept(day, at)
+            .await
+            .map_err(|e| Failure::store(&e, format!("cannot record {day}'s acceptance: {e}")))?;
+        match at {
+            Some(_) => println!("{day} accepted: the checks no longer flag or refuse it"),
+            None => println!("{day} no longer accepted: the checks judge it again"),
+        }
     }
     Ok(EXIT_OK)
 }

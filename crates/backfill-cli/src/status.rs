@@ -101,16 +101,24 @@ fn width(terminal: bool) -> Option<usize> {
 pub(crate) enum Cell {
     Synced,
     Empty,
+    Flagged,
     Failed,
     Missing,
 }
 
 impl Cell {
     /// Every kind, in the legend's order.
-    pub(crate) const ALL: [Cell; 4] = [Cell::Synced, Cell::Empty, Cell::Failed, Cell::Missing];
+    pub(crate) const ALL: [Cell; 5] = [
+        Cell::Synced,
+        Cell::Empty,
+        Cell::Flagged,
+        Cell::Failed,
+        Cell::Missing,
+    ];
 
     pub(crate) fn of(day: &DayStatus) -> Self {
         match day.state {
+            DayState::Synced if day.flag.is_some() => Cell::Flagged,
             DayState::Synced => {
                 let empty = day
                     .entry
@@ -132,16 +140,18 @@ impl Cell {
         match self {
             Cell::Synced => '■',
             Cell::Empty => '□',
+            Cell::Flagged => '▲',
             Cell::Failed => '✗',
             Cell::Missing => '·',
         }
     }
 
-    /// ANSI colour: green, cyan, red, grey.
+    /// ANSI colour: green, cyan, yellow, red, grey.
     fn colour(self) -> &'static str {
         match self {
             Cell::Synced => "\x1b[32m",
             Cell::Empty => "\x1b[36m",
+            Cell::Flagged => "\x1b[1;33m",
             Cell::Failed => "\x1b[1;31m",
             Cell::Missing => "\x1b[90m",
         }
@@ -152,6 +162,7 @@ impl Cell {
         match self {
             Cell::Synced => "synced",
             Cell::Empty => "empty",
+            Cell::Flagged => "flagged",
             Cell::Failed => "failed",
             Cell::Missing => "missing",
         }
@@ -161,6 +172,7 @@ impl Cell {
         match self {
             Cell::Synced => "synced",
             Cell::Empty => "synced, empty",
+            Cell::Flagged => "synced, flagged",
             Cell::Failed => "failed",
             Cell::Missing => "missing",
         }
@@ -265,10 +277,25 @@ fn calendar(status: &Status, colour: bool, width: Option<usize>) -> String {
     out
 }
 
-/// The failed days with their last error, under the calendar, each on one
-/// line cut to `width` (the whole error is in `--format table` and
-/// `--json`).
+/// The flagged days with why, then the failed days with their last error,
+/// under the calendar, each on one line cut to `width` (the whole error is
+/// in `--format table` and `--json`).
 fn failures(status: &Status, width: Option<usize>, out: &mut String) {
+    let cut = |line: String| match width {
+        Some(width) => console::truncate_str(&line, width, "…").into_owned(),
+        None => line,
+    };
+    let flagged: Vec<_> = status
+        .days
+        .iter()
+        .filter_map(|d| Some((d.day, d.flag.as_ref()?)))
+        .collect();
+    if !flagged.is_empty() {
+        let _ = writeln!(out, "\nflagged days:");
+        for (day, flag) in flagged {
+            let _ = writeln!(out, "{}", cut(format!("  {day}  {flag}")));
+        }
+    }
     let failed: Vec<_> = status
         .days
         .iter()
@@ -286,22 +313,33 @@ fn failures(status: &Status, width: Option<usize>, out: &mut String) {
             failure.at.format("%Y-%m-%d %H:%M:%S UTC"),
             failure.error.lines().collect::<Vec<_>>().join(" / ")
         );
-        let line = match width {
-            Some(width) => console::truncate_str(&line, width, "…").into_owned(),
-            None => line,
-        };
-        let _ = writeln!(out, "{line}");
+        let _ = writeln!(out, "{}", cut(line));
     }
 }
 
-/// A day's last error, else the run that synced it.
-pub(crate) fn run_or_error(day: &DayStatus) -> Option<&str> {
+/// A day's last error, else the run that synced it; then why a check
+/// flags it, or when it was accepted.
+pub(crate) fn run_or_error(day: &DayStatus) -> Option<String> {
     let entry = day.entry.as_ref()?;
-    match (&entry.failure, &entry.synced) {
-        (Some(failure), _) => Some(&failure.error),
-        (None, Some(synced)) => synced.run_id.as_ref().map(|id| id.as_str()),
-        (None, None) => None,
+    let mut text = match (&entry.failure, &entry.synced) {
+        (Some(failure), _) => failure.error.clone(),
+        (None, Some(synced)) => synced
+            .run_id
+            .as_ref()
+            .map_or(String::new(), |id| id.as_str().to_owned()),
+        (None, None) => String::new(),
+    };
+    let sep = |text: &String| if text.is_empty() { "" } else { " · " };
+    if let Some(flag) = &day.flag {
+        text = format!("{text}{}flagged: {flag}", sep(&text));
+    } else if let Some(at) = entry.accepted {
+        text = format!(
+            "{text}{}accepted {}",
+            sep(&text),
+            at.format("%Y-%m-%d %H:%M:%S UTC")
+        );
     }
+    (!text.is_empty()).then_some(text)
 }
 
 /// One line for every day, for `--format table`: a header, then
@@ -334,7 +372,10 @@ fn table(status: &Status) -> String {
             out,
             "{:<10}  {:<7}  {:<20}  {:<7}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {}",
             day.day,
-            day.state,
+            match day.flag {
+                Some(_) => "flagged".to_owned(),
+                None => day.state.to_string(),
+            },
             synced.map_or("-".to_owned(), |s| s
                 .at
                 .format("%Y-%m-%dT%H:%M:%SZ")
@@ -358,13 +399,18 @@ fn table(status: &Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use backfill_core::{Job, MemoryStore, Record, Retry};
+    use backfill_core::{Checks, Job, MemoryStore, Record, Retry};
     use chrono::NaiveDate;
 
     /// January 3 … February 28 2026: January synced up to the 20th except
     /// the 5th (failed) and the 6th (synced with no records), the rest
-    /// missing.
+    /// missing; no per-day check made, so the 6th is an empty day.
     async fn status() -> Status {
+        status_with(Checks::off()).await
+    }
+
+    /// [`status`] with these checks.
+    async fn status_with(checks: Checks) -> Status {
         let jan = |d| NaiveDate::from_ymd_opt(2026, 1, d).unwrap();
         let store = MemoryStore::new();
         let fetch = |day: NaiveDate| async move {
@@ -377,13 +423,44 @@ mod tests {
                 }
             }
         };
-        let job = Job::new().retry(Retry::none());
+        let job = Job::new().retry(Retry::none()).checks(checks);
         assert!(job
             .backfill(&store, &fetch, jan(3)..=jan(20))
             .await
             .is_err());
         let feb28 = NaiveDate::from_ymd_opt(2026, 2, 28).unwrap();
         job.status(&store, jan(3)..=feb28).await.unwrap()
+    }
+
+    /// With the default checks, the day with no records among days of one
+    /// record each is flagged: its own mark and colour, counted in the
+    /// legend, why under the calendar and in the table.
+    #[tokio::test]
+    async fn a_flagged_day_has_its_mark_and_why() {
+        let status = status_with(Checks::default()).await;
+        let text = calendar(&status, false, None);
+        let jan = text.lines().nth(1).unwrap();
+        assert!(jan.starts_with("2026-01      ■ ■ ✗ ▲ ■"), "{jan}");
+        assert!(text.contains("▲ synced, flagged 1"), "{text}");
+        let narrow = calendar(&status, false, Some(60));
+        let why = narrow
+            .lines()
+            .skip_while(|l| *l != "flagged days:")
+            .nth(1)
+            .unwrap();
+        assert!(
+            why.starts_with("  2026-01-06  empty check: no record fetched"),
+            "{why}"
+        );
+        assert!(why.chars().count() <= 60 && why.ends_with('…'), "{why}");
+        let coloured = calendar(&status, true, None);
+        assert!(coloured.contains("\x1b[1;33m▲ \x1b[0m"), "{coloured}");
+        let table = table(&status);
+        let row = table.lines().find(|l| l.starts_with("2026-01-06")).unwrap();
+        assert!(
+            row.contains("flagged") && row.contains("flagged: empty check: no record fetched"),
+            "{row}"
+        );
     }
 
     #[tokio::test]
@@ -404,7 +481,7 @@ mod tests {
         assert_eq!(feb.matches('·').count(), 28, "{feb}");
         assert!(
             text.contains(
-                "■ synced 16   □ synced, empty 1   ✗ failed 1   · missing 39   (57 days)"
+                "■ synced 16   □ synced, empty 1   ▲ synced, flagged 0   ✗ failed 1   · missing 39   (57 days)"
             ),
             "{text}"
         );

@@ -2773,3 +2773,143 @@ fn the_status_page_in_a_real_browser() {
         assert!(row_text(missing).starts_with(&format!("{missing} missing")));
     }
 }
+
+/// The per-day checks from the command line: 60 days where weekends bring
+/// 60 % of a weekday's records and 10 February 10 %. With the defaults
+/// (warn) the day is written and flagged in the report, the log and
+/// `status`, weekends are not; with `--check-volume fail` it is refused,
+/// written by nothing, until `backfill accept`, which a re-run keeps.
+#[test]
+fn checks_flag_a_day_at_a_tenth_and_accept_keeps_it_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let exports = dir.path().join("exports");
+    std::fs::create_dir(&exports).unwrap();
+    let first = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
+    let small = NaiveDate::from_ymd_opt(2026, 2, 10).unwrap();
+    for day in first.iter_days().take(60) {
+        let n = if day == small {
+            10
+        } else if day.weekday().number_from_monday() >= 6 {
+            60
+        } else {
+            100
+        };
+        let lines: String = (0..n)
+            .map(|i| {
+                format!(
+                    "{{\"key\":\"order:{day}:{i}\",\"event_date\":\"{day}\",\"value\":{{\"n\":{i}}},\"updated_at\":\"{day}T12:00:00Z\"}}\n"
+                )
+            })
+            .collect();
+        std::fs::write(exports.join(format!("{day}.jsonl")), lines).unwrap();
+    }
+    let sixty = |dir: &Path, extra: &[&str]| -> Output {
+        run(backfill(dir)
+            .args([
+                "backfill",
+                "--from",
+                "2026-01-01",
+                "--to",
+                "2026-03-01",
+                "--fetch-files",
+                "exports/{day}.jsonl",
+                "--json",
+            ])
+            .args(extra))
+    };
+    let status = |dir: &Path| -> Vec<Value> {
+        let output = run(backfill(dir).args([
+            "status",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-03-01",
+            "--json",
+        ]));
+        assert_eq!(code(&output), 0, "{}", show(&output));
+        json(&output).as_array().unwrap().clone()
+    };
+    let flagged = |days: &[Value], field: &str| -> Vec<String> {
+        days.iter()
+            .filter(|d| !d[field].is_null())
+            .map(|d| d["day"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    // Warned: written, flagged in the report, the log and status.
+    let output = sixty(dir.path(), &["--concurrency", "4"]);
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    let report = json(&output);
+    let days = report["days"].as_array().unwrap();
+    assert_eq!(days.len(), 60);
+    assert_eq!(flagged(days, "flag"), ["2026-02-10"]);
+    let flag = &days[40]["flag"];
+    assert_eq!(
+        (
+            &flag["check"],
+            &flag["action"],
+            &flag["fetched"],
+            &flag["median"]
+        ),
+        (&"volume".into(), &"warn".into(), &10.into(), &100.into())
+    );
+    assert!(
+        text(&output.stderr).contains("2026-02-10 synced: inserted 10")
+            && text(&output.stderr).contains("FLAGGED volume check: 10 records fetched"),
+        "{}",
+        show(&output)
+    );
+    let days = status(dir.path());
+    assert_eq!(flagged(&days, "flag"), ["2026-02-10"]);
+    let output = run(backfill(dir.path()).args([
+        "status",
+        "--from",
+        "2026-01-01",
+        "--to",
+        "2026-03-01",
+        "--format",
+        "calendar",
+    ]));
+    let calendar = text(&output.stdout);
+    assert!(
+        calendar.contains("▲ synced, flagged 1")
+            && calendar.contains("  2026-02-10  volume check: 10 records fetched"),
+        "{calendar}"
+    );
+
+    // Refused: nothing of it written, the reason in the ledger.
+    let strict = tempfile::tempdir().unwrap();
+    std::fs::rename(&exports, strict.path().join("exports")).unwrap();
+    let output = sixty(strict.path(), &["--check-volume", "fail"]);
+    assert_eq!(code(&output), 2, "{}", show(&output));
+    let report = json(&output);
+    assert_eq!(report["days"].as_array().unwrap().len(), 59);
+    assert_eq!(report["failed"][0]["day"], "2026-02-10");
+    let days = status(strict.path());
+    assert_eq!(days[40]["state"], "failed");
+    let error = days[40]["entry"]["failure"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("volume check: 10 records fetched, fewer than 25"),
+        "{error}"
+    );
+
+    // Accepted: the next run writes it, and a re-run keeps it accepted.
+    let output = run(backfill(strict.path()).args(["accept", "2026-02-10"]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    for _ in 0..2 {
+        let output = sixty(strict.path(), &["--check-volume", "fail"]);
+        assert_eq!(code(&output), 0, "{}", show(&output));
+        assert_eq!(
+            flagged(json(&output)["days"].as_array().unwrap(), "flag"),
+            Vec::<String>::new()
+        );
+    }
+    let days = status(strict.path());
+    assert_eq!(days[40]["state"], "synced");
+    assert!(days[40]["entry"]["accepted"].is_string(), "{}", days[40]);
+    assert_eq!(flagged(&days, "flag"), Vec::<String>::new());
+    // Taken back: flagged again.
+    let output = run(backfill(strict.path()).args(["accept", "2026-02-10", "--undo"]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    assert_eq!(flagged(&status(strict.path()), "flag"), ["2026-02-10"]);
+}

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backfill_core::settings::Settings;
-use backfill_core::{Job, Mode, Select, StopHandle};
+use backfill_core::{CheckAction, Job, Mode, Select, StopHandle};
 use chrono::NaiveDate;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -22,8 +22,9 @@ use crate::stores::store_of;
 /// The engine's settings, as keyword arguments: `concurrency`, `retries`,
 /// `retry_delay`, `max_retry_delay`, `mode`, `allow_empty_replace`,
 /// `max_delete_fraction`, `only`, `skip_unchanged`, `time_zone`,
-/// `fail_fast`, `day_timeout`, `dry_run`, `run_id`, `stream_memory`, and
-/// `on_event` (called with every `Event` of a run). A setting left out
+/// `fail_fast`, `day_timeout`, `dry_run`, `run_id`, `stream_memory`,
+/// `check_volume`, `check_empty` (`"off"`, `"warn"` or `"fail"`),
+/// `check_fraction`, `check_window`, and `on_event` (called with every `Event` of a run). A setting left out
 /// (`None`) takes the library's one default, the command line's too
 /// ([`Settings::defaults`]); `Job.from_config` reads a profile of the
 /// command line's configuration file.
@@ -80,7 +81,8 @@ impl PyJob {
         *, concurrency=None, retries=None, retry_delay=None, max_retry_delay=None, mode=None,
         allow_empty_replace=None, max_delete_fraction=None, only="all", skip_unchanged=None,
         time_zone=None, fail_fast=None, day_timeout=None, dry_run=false, run_id=None,
-        stream_memory=None, lenient_event_dates=None, on_event=None
+        stream_memory=None, lenient_event_dates=None, check_volume=None, check_empty=None,
+        check_fraction=None, check_window=None, on_event=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -100,8 +102,19 @@ impl PyJob {
         run_id: Option<String>,
         stream_memory: Option<usize>,
         lenient_event_dates: Option<bool>,
+        check_volume: Option<&str>,
+        check_empty: Option<&str>,
+        check_fraction: Option<f64>,
+        check_window: Option<u32>,
         on_event: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
+        let action = |name: &str, text: Option<&str>| {
+            text.map(|t| {
+                t.parse::<CheckAction>()
+                    .map_err(|e| PyValueError::new_err(format!("{name}: {e}")))
+            })
+            .transpose()
+        };
         let settings = Settings {
             concurrency: concurrency.map(|c| c.max(1)),
             retries,
@@ -121,6 +134,10 @@ impl PyJob {
             day_timeout: day_timeout.map(secs).transpose()?,
             stream_memory,
             lenient_event_dates,
+            check_volume: action("check_volume", check_volume)?,
+            check_empty: action("check_empty", check_empty)?,
+            check_fraction,
+            check_window,
             ..Settings::default()
         };
         PyJob::of(settings, parse_only(only)?, dry_run, run_id, on_event)
@@ -245,6 +262,17 @@ impl PyJob {
                 .days
                 .iter()
                 .map(|d| (d.day, d.state.to_string()))
+                .collect(),
+            flagged: status
+                .days
+                .iter()
+                .filter_map(|d| Some((d.day, d.flag.as_ref()?.to_string())))
+                .collect(),
+            accepted: status
+                .days
+                .iter()
+                .filter(|d| d.entry.as_ref().is_some_and(|e| e.accepted.is_some()))
+                .map(|d| d.day)
                 .collect(),
         })
     }

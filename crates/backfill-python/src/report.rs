@@ -55,6 +55,9 @@ pub(crate) struct PyDayReport {
     pub(crate) day: NaiveDate,
     pub(crate) counts: PyCounts,
     pub(crate) attempts: u32,
+    /// Why a per-day check flagged the day (written: the check warns), or
+    /// `None`.
+    pub(crate) flag: Option<String>,
 }
 
 impl From<DayReport> for PyDayReport {
@@ -63,6 +66,7 @@ impl From<DayReport> for PyDayReport {
             day: r.day,
             counts: r.counts.into(),
             attempts: r.attempts,
+            flag: r.flag.map(|f| f.to_string()),
         }
     }
 }
@@ -127,6 +131,8 @@ impl PyRunReport {
 pub(crate) struct PyStatus {
     pub(crate) text: String,
     pub(crate) days: Vec<(NaiveDate, String)>,
+    pub(crate) flagged: Vec<(NaiveDate, String)>,
+    pub(crate) accepted: Vec<NaiveDate>,
 }
 
 #[pymethods]
@@ -136,6 +142,18 @@ impl PyStatus {
     #[getter]
     fn days(&self) -> Vec<(NaiveDate, String)> {
         self.days.clone()
+    }
+
+    /// The synced days a per-day check flags, with why, in day order.
+    #[getter]
+    fn flagged(&self) -> Vec<(NaiveDate, String)> {
+        self.flagged.clone()
+    }
+
+    /// The days a person accepted (`store.accept(day)`), in day order.
+    #[getter]
+    fn accepted(&self) -> Vec<NaiveDate> {
+        self.accepted.clone()
     }
 
     fn __str__(&self) -> &str {

@@ -60,6 +60,14 @@ impl PyMemoryStore {
     fn history(&self, py: Python<'_>) -> PyResult<Vec<PyHistoryRow>> {
         history(py, &self.store)
     }
+
+    /// Marks `day` (a date or `YYYY-MM-DD`) accepted as it is: the per-day
+    /// checks no longer flag or refuse it, through re-runs; `undo=True`
+    /// takes that back.
+    #[pyo3(signature = (day, undo=false))]
+    fn accept(&self, py: Python<'_>, day: &Bound<'_, PyAny>, undo: bool) -> PyResult<()> {
+        accept(py, &self.store, day, undo)
+    }
 }
 
 /// An embedded SQLite file (created if missing).
@@ -130,6 +138,14 @@ impl PySqliteStore {
     fn history(&self, py: Python<'_>) -> PyResult<Vec<PyHistoryRow>> {
         history(py, &self.store)
     }
+
+    /// Marks `day` (a date or `YYYY-MM-DD`) accepted as it is: the per-day
+    /// checks no longer flag or refuse it, through re-runs; `undo=True`
+    /// takes that back.
+    #[pyo3(signature = (day, undo=false))]
+    fn accept(&self, py: Python<'_>, day: &Bound<'_, PyAny>, undo: bool) -> PyResult<()> {
+        accept(py, &self.store, day, undo)
+    }
 }
 
 /// A Postgres database.
@@ -191,6 +207,14 @@ impl PyPostgresStore {
     /// Every version of every key, with when it was valid, in key order.
     fn history(&self, py: Python<'_>) -> PyResult<Vec<PyHistoryRow>> {
         history(py, &self.store)
+    }
+
+    /// Marks `day` (a date or `YYYY-MM-DD`) accepted as it is: the per-day
+    /// checks no longer flag or refuse it, through re-runs; `undo=True`
+    /// takes that back.
+    #[pyo3(signature = (day, undo=false))]
+    fn accept(&self, py: Python<'_>, day: &Bound<'_, PyAny>, undo: bool) -> PyResult<()> {
+        accept(py, &self.store, day, undo)
     }
 }
 
@@ -283,6 +307,19 @@ pub(crate) fn as_of(
     let store = store.0.clone();
     let rows = block(py, async move { store.as_of(at).await })?.map_err(to_py)?;
     Ok(rows.into_iter().map(|inner| PyRecord { inner }).collect())
+}
+
+pub(crate) fn accept(
+    py: Python<'_>,
+    store: &Shared,
+    day: &Bound<'_, PyAny>,
+    undo: bool,
+) -> PyResult<()> {
+    let day = crate::record::to_date("day", day)
+        .map_err(|_| PyValueError::new_err("day: a date or a YYYY-MM-DD string"))?;
+    let at = (!undo).then(chrono::Utc::now);
+    let store = store.0.clone();
+    block(py, async move { store.accept(day, at).await })?.map_err(to_py)
 }
 
 pub(crate) fn history(py: Python<'_>, store: &Shared) -> PyResult<Vec<PyHistoryRow>> {
@@ -385,6 +422,14 @@ impl PyDeltaStore {
     /// Every version of every key, with when it was valid, in key order.
     fn history(&self, py: Python<'_>) -> PyResult<Vec<PyHistoryRow>> {
         history(py, &self.store)
+    }
+
+    /// Marks `day` (a date or `YYYY-MM-DD`) accepted as it is: the per-day
+    /// checks no longer flag or refuse it, through re-runs; `undo=True`
+    /// takes that back.
+    #[pyo3(signature = (day, undo=false))]
+    fn accept(&self, py: Python<'_>, day: &Bound<'_, PyAny>, undo: bool) -> PyResult<()> {
+        accept(py, &self.store, day, undo)
     }
 
     /// The table's latest version.

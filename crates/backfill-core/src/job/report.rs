@@ -229,6 +229,9 @@ impl fmt::Display for RunReport {
                 day.day.to_string()
             };
             line(f, &label, &day.counts, day.attempts, day.elapsed)?;
+            if let Some(flag) = &day.flag {
+                writeln!(f, "{:<10}  FLAGGED {flag}", "")?;
+            }
         }
         for failure in failed {
             writeln!(f, "{failure}")?;
@@ -260,6 +263,14 @@ impl fmt::Display for RunReport {
             writeln!(
                 f,
                 "= {unchanged_days} days skipped: same digest as their last sync, nothing read or written"
+            )?;
+        }
+        let flagged = self.days.iter().filter(|d| d.flag.is_some()).count();
+        if flagged > 0 {
+            writeln!(
+                f,
+                "{flagged} day{} synced but flagged by a check: accept a day whose count is right",
+                if flagged == 1 { "" } else { "s" }
             )?;
         }
         if let Some(run_id) = &self.run_id {
