@@ -23,7 +23,8 @@ fi
 # line's lineage events, read as OpenLineage's own client reads them
 # (tests/test_lineage.py).
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" pytest mypy \
-    "deltalake>=1.1,<2" "polars>=1.20" "pyarrow>=15" "openlineage-python==1.54.0" "jsonschema>=4.18"
+    "deltalake>=1.1,<2" "polars>=1.20" "pyarrow>=15" "openlineage-python==1.54.0" "jsonschema>=4.18" \
+    "dagster>=1.13,<1.14"
 (
     cd "$repo/crates/backfill-python"
     VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" \
