@@ -1,6 +1,7 @@
 """The examples run as a user runs them, each in a directory of its own."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -122,3 +123,38 @@ def test_a_dagster_range_backfill_is_one_run_with_a_result_per_day(tmp_path):
                         "--partition-range", "2026-01-14...2026-01-23")
     assert done.returncode == 0, done.stderr
     assert "days synced: 10, failed: 0, rows written: 2" in done.stderr + done.stdout
+
+
+def _airflow():
+    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
+    if not os.path.exists(airflow):
+        pytest.skip("Airflow is not installed here (it is not in the test command's environment)")
+    return airflow
+
+
+def test_the_airflow_dags_sync_days_one_run_each_and_a_range_in_one_task(tmp_path):
+    """`airflow dags test` as Airflow 3 runs them: the daily DAG for three
+    days (what `airflow backfill create` makes: a run per day), then the
+    range DAG over ten days in one task, which writes only the seven days
+    the daily runs did not."""
+    airflow = _airflow()
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    shutil.copy(os.path.join(EXAMPLES, "airflow_orders.py"), dags)
+    env = dict(os.environ, AIRFLOW_HOME=str(tmp_path), AIRFLOW__CORE__DAGS_FOLDER=str(dags),
+               AIRFLOW__CORE__LOAD_EXAMPLES="False", ORDERS_DB_URL=str(tmp_path / "orders.db"),
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+
+    def airflow_run(*args):
+        done = subprocess.run([airflow, *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout + done.stderr
+
+    airflow_run("db", "migrate")
+    for day in ("2026-01-14", "2026-01-15", "2026-01-16"):
+        out = airflow_run("dags", "test", "orders_daily", day)
+        assert f"Returned value was: {day}: Counts(inserted=2" in out, out
+    out = airflow_run("dags", "test", "orders_range", "-c",
+                      '{"start": "2026-01-14", "end": "2026-01-23"}')
+    assert "Returned value was: days synced: 10, rows written: 14" in out, out
