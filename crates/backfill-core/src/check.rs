@@ -11,6 +11,9 @@
 //! - **volume**: fewer records than [`Checks::min_fraction`] of that median;
 //! - **empty**: no record at all where that median is above zero.
 //!
+//! Today and later days, in the job's time zone, are not judged: they are
+//! not over (a daily sync at 02:00 fetches today's first two hours).
+//!
 //! Each check's [`CheckAction`] says what a flagged day becomes: written and
 //! reported ([`CheckAction::Warn`], the default), or refused and recorded as
 //! a failed day with the reason ([`CheckAction::Fail`]). A day a person

@@ -191,13 +191,18 @@ impl Job {
 }
 
 impl Job {
-    /// The day's flag by the checks, or its refusal.
+    /// The day's flag by the checks, or its refusal. Today and later days
+    /// (in the job's time zone) are not judged: they are not over, and a
+    /// daily sync fetches today's first hours.
     fn check(
         &self,
         neighbours: Option<&Neighbours>,
         day: NaiveDate,
         fetched: u64,
     ) -> Result<Option<Flag>> {
+        if day >= self.today() {
+            return Ok(None);
+        }
         let Some(flag) = neighbours.and_then(|n| n.judge(&self.checks, day, fetched)) else {
             return Ok(None);
         };

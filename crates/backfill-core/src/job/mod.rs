@@ -512,6 +512,7 @@ impl Job {
         let entries = store.ledger(read).await?;
         let counts = crate::check::synced_counts(&entries);
         let mut ledger = entries.iter().peekable();
+        let today = self.today();
         let mut status = Status::default();
         for day in planned {
             while ledger.next_if(|e| e.day < day).is_some() {}
@@ -520,7 +521,7 @@ impl Job {
             // A synced day's count, judged as a run would judge it now.
             let flag = entry
                 .as_ref()
-                .filter(|e| state == DayState::Synced && e.accepted.is_none())
+                .filter(|e| state == DayState::Synced && e.accepted.is_none() && day < today)
                 .and_then(|e| e.synced.as_ref())
                 .and_then(|synced| self.checks.judge(day, synced.counts.fetched(), &counts));
             status.days.push(DayStatus {

@@ -875,3 +875,36 @@ async fn a_day_failing_a_check_set_to_fail_is_refused_until_accepted() {
         (DayState::Synced, Some(utc(2026, 3, 2, 9, 0)))
     );
 }
+
+/// Today is not over: a daily sync fetching its first hours is neither
+/// flagged nor refused, whatever its count; yesterday is judged.
+#[tokio::test]
+async fn today_is_not_judged() {
+    let today = date(2026, 2, 10);
+    let store = MemoryStore::new();
+    let at_two = FixedClock(utc(2026, 2, 10, 2, 0));
+    let job = Job::new()
+        .clock(at_two)
+        .checks(Checks::default().volume(CheckAction::Fail));
+    job.backfill(&store, &sixty_days, date(2026, 1, 1)..=date(2026, 2, 9))
+        .await
+        .unwrap();
+    // Today: 20 records so far, a tenth of a day.
+    let report = job.sync_day(&store, &sixty_days, today).await.unwrap();
+    assert_eq!((report.counts.inserted, report.flag), (20, None));
+    let status = job.status(&store, date(2026, 1, 1)..=today).await.unwrap();
+    assert_eq!(flagged_in_status(&status), []);
+    // The next day, the same count is judged.
+    let a_day_later = Job::new()
+        .clock(FixedClock(utc(2026, 2, 11, 2, 0)))
+        .checks(Checks::default().volume(CheckAction::Fail));
+    let status = a_day_later
+        .status(&store, date(2026, 1, 1)..=today)
+        .await
+        .unwrap();
+    assert_eq!(flagged_in_status(&status), [today]);
+    assert!(matches!(
+        a_day_later.sync_day(&store, &sixty_days, today).await,
+        Err(Error::CheckFailed(_))
+    ));
+}
