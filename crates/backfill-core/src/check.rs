@@ -250,20 +250,6 @@ impl Checks {
             neighbours: counts.len() as u32,
         })
     }
-
-    /// Judges a day by the ledger: `entries` hold it and its neighbours
-    /// (an [accepted](LedgerEntry::accepted) day is never flagged).
-    pub fn judge_entry(
-        &self,
-        day: NaiveDate,
-        fetched: u64,
-        entries: &[LedgerEntry],
-    ) -> Option<Flag> {
-        if entries.iter().any(|e| e.day == day && e.accepted.is_some()) {
-            return None;
-        }
-        self.judge(day, fetched, &synced_counts(entries))
-    }
 }
 
 /// The synced days of `entries` with their fetched counts, for

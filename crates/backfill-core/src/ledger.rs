@@ -306,6 +306,21 @@ impl LedgerEntry {
     }
 }
 
+/// Sets `day`'s acceptance to `at` in `entries` (in day order), adding an
+/// entry for the day if it has none: for a store that keeps acceptances
+/// apart from its ledger rows and reads them into [`Store::ledger`](crate::Store::ledger)'s
+/// entries.
+pub fn merge_acceptance(entries: &mut Vec<LedgerEntry>, day: NaiveDate, at: DateTime<Utc>) {
+    match entries.binary_search_by_key(&day, |e| e.day) {
+        Ok(i) => entries[i].accepted = Some(at),
+        Err(i) => {
+            let mut entry = LedgerEntry::new(day);
+            entry.accepted = Some(at);
+            entries.insert(i, entry);
+        }
+    }
+}
+
 /// Where a day stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(

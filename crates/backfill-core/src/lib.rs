@@ -91,8 +91,8 @@ pub use job::{
     SystemClock,
 };
 pub use ledger::{
-    DayFailure, DayState, Digest, LedgerEntry, RunId, SyncStamp, SyncedDay, MAX_ERROR_BYTES,
-    MAX_RUN_ID_BYTES,
+    merge_acceptance, DayFailure, DayState, Digest, LedgerEntry, RunId, SyncStamp, SyncedDay,
+    MAX_ERROR_BYTES, MAX_RUN_ID_BYTES,
 };
 pub use memory::{Applied, MemoryStore, PageCounts};
 pub use record::{EventDates, Record, MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};

@@ -821,13 +821,14 @@ impl DeltaStore {
         })
     }
 
-    /// What recording `failure` for `day` makes of the table.
-    async fn decide_failure(
+    /// Day `day`'s ledger row as `edit` leaves it (its failure recorded,
+    /// its acceptance set), the rest of the day as it is.
+    async fn decide_ledger(
         &self,
         table: &DeltaTable,
         files: &Files,
         day: NaiveDate,
-        failure: &DayFailure,
+        edit: &(dyn Fn(&mut LedgerEntry) + Sync),
     ) -> Result<Decision<'static, ()>> {
         let old = self
             .read_whole(table, files, &BTreeSet::from([day]))
@@ -838,8 +839,7 @@ impl DeltaStore {
             ledger: None,
             history: None,
         });
-        let entry = to.ledger.get_or_insert_with(|| LedgerEntry::new(day));
-        entry.failure = Some(failure.clone());
+        edit(to.ledger.get_or_insert_with(|| LedgerEntry::new(day)));
         Ok(Decision {
             old,
             new,
@@ -850,34 +850,26 @@ impl DeltaStore {
         })
     }
 
-    /// Day `day`'s ledger row with its acceptance set to `at`, the rest of
-    /// the day as it is.
-    async fn decide_acceptance(
+    /// Commits [`decide_ledger`](Self::decide_ledger)'s edit of day `day`,
+    /// deciding again when another writer changed the day first.
+    async fn edit_ledger(
         &self,
-        table: &DeltaTable,
-        files: &Files,
         day: NaiveDate,
-        at: Option<DateTime<Utc>>,
-    ) -> Result<Decision<'static, ()>> {
-        let old = self
-            .read_whole(table, files, &BTreeSet::from([day]))
-            .await?;
-        let mut new = unchanged(&old);
-        let to = new.entry(day).or_insert_with(|| NewDay {
-            records: Vec::new(),
-            ledger: None,
-            history: None,
-        });
-        let entry = to.ledger.get_or_insert_with(|| LedgerEntry::new(day));
-        entry.accepted = at;
-        Ok(Decision {
-            old,
-            new,
-            keys: None,
-            written: Vec::new(),
-            ahead: None,
-            result: (),
-        })
+        what: &str,
+        edit: &(dyn Fn(&mut LedgerEntry) + Sync),
+    ) -> Result<()> {
+        for attempt in 1..=MAX_ATTEMPTS {
+            let (table, files) = self.snapshot().await?;
+            let decision = self.decide_ledger(&table, &files, day, edit).await?;
+            if self
+                .settle(&table, decision, attempt, false)
+                .await?
+                .is_some()
+            {
+                return Ok(());
+            }
+        }
+        Err(gave_up(what))
     }
 }
 
@@ -1214,33 +1206,14 @@ impl Store for DeltaStore {
     }
 
     async fn record_failure(&self, day: NaiveDate, failure: &DayFailure) -> Result<()> {
-        for attempt in 1..=MAX_ATTEMPTS {
-            let (table, files) = self.snapshot().await?;
-            let decision = self.decide_failure(&table, &files, day, failure).await?;
-            if self
-                .settle(&table, decision, attempt, false)
-                .await?
-                .is_some()
-            {
-                return Ok(());
-            }
-        }
-        Err(gave_up("recording a failure"))
+        let edit = |entry: &mut LedgerEntry| entry.failure = Some(failure.clone());
+        self.edit_ledger(day, "recording a failure", &edit).await
     }
 
     async fn accept(&self, day: NaiveDate, at: Option<DateTime<Utc>>) -> Result<()> {
-        for attempt in 1..=MAX_ATTEMPTS {
-            let (table, files) = self.snapshot().await?;
-            let decision = self.decide_acceptance(&table, &files, day, at).await?;
-            if self
-                .settle(&table, decision, attempt, false)
-                .await?
-                .is_some()
-            {
-                return Ok(());
-            }
-        }
-        Err(gave_up("recording an acceptance"))
+        let edit = |entry: &mut LedgerEntry| entry.accepted = at;
+        self.edit_ledger(day, "recording an acceptance", &edit)
+            .await
     }
 }
 

@@ -50,6 +50,19 @@ impl fmt::Debug for PostgresStore {
 }
 
 impl PostgresStore {
+    /// Whether the schema holds the table of acceptances (made by the
+    /// first one).
+    async fn keeps_acceptances(&self, client: &deadpool_postgres::Object) -> Result<bool> {
+        Ok(client
+            .query_one(
+                "SELECT to_regclass($1) IS NOT NULL",
+                &[&self.sql.accepted_table],
+            )
+            .await
+            .map_err(pg_error)?
+            .get(0))
+    }
+
     /// The schema of this store's table.
     pub fn schema(&self) -> &str {
         &self.sql.schema
@@ -184,15 +197,7 @@ impl Store for PostgresStore {
             .map_err(pg_error)?;
         let mut entries: Vec<LedgerEntry> = rows.iter().map(into_entry).collect::<Result<_>>()?;
         // The acceptances, once a first one made their table.
-        let kept: bool = client
-            .query_one(
-                "SELECT to_regclass($1) IS NOT NULL",
-                &[&self.sql.accepted_table],
-            )
-            .await
-            .map_err(pg_error)?
-            .get(0);
-        if kept {
+        if self.keeps_acceptances(&client).await? {
             let stmt = client
                 .prepare_cached(&self.sql.accepted)
                 .await
@@ -204,14 +209,7 @@ impl Store for PostgresStore {
             {
                 let day: NaiveDate = row.try_get(0).map_err(pg_error)?;
                 let at: DateTime<Utc> = row.try_get(1).map_err(pg_error)?;
-                match entries.binary_search_by_key(&day, |e| e.day) {
-                    Ok(i) => entries[i].accepted = Some(at),
-                    Err(i) => {
-                        let mut entry = LedgerEntry::new(day);
-                        entry.accepted = Some(at);
-                        entries.insert(i, entry);
-                    }
-                }
+                backfill_core::merge_acceptance(&mut entries, day, at);
             }
         }
         Ok(entries)
@@ -235,15 +233,7 @@ impl Store for PostgresStore {
                     .map_err(pg_error)?;
             }
             None => {
-                let kept: bool = client
-                    .query_one(
-                        "SELECT to_regclass($1) IS NOT NULL",
-                        &[&self.sql.accepted_table],
-                    )
-                    .await
-                    .map_err(pg_error)?
-                    .get(0);
-                if kept {
+                if self.keeps_acceptances(&client).await? {
                     let stmt = client
                         .prepare_cached(&self.sql.unaccept)
                         .await

@@ -386,7 +386,7 @@ impl Store for SqliteStore {
                     let day = NaiveDate::parse_from_str(&day, DATE_FORMAT)
                         .map_err(|_| unreadable())?;
                     let at = parse_instant(&at).ok_or_else(unreadable)?;
-                    accepted_into(&mut entries, day, at);
+                    backfill_core::merge_acceptance(&mut entries, day, at);
                 }
             }
             Ok(entries)
@@ -462,19 +462,6 @@ impl Store for SqliteStore {
             Ok(purged as u64)
         })
         .await
-    }
-}
-
-/// Sets `day`'s acceptance in `entries` (in day order), adding the day's
-/// entry if it has none.
-pub(crate) fn accepted_into(entries: &mut Vec<LedgerEntry>, day: NaiveDate, at: DateTime<Utc>) {
-    match entries.binary_search_by_key(&day, |e| e.day) {
-        Ok(i) => entries[i].accepted = Some(at),
-        Err(i) => {
-            let mut entry = LedgerEntry::new(day);
-            entry.accepted = Some(at);
-            entries.insert(i, entry);
-        }
     }
 }
 

@@ -672,14 +672,11 @@ impl Neighbours {
         if self.accepted.contains(&day) {
             return None;
         }
-        let window = chrono::Days::new(u64::from(checks.window_days()));
-        let start = day.checked_sub_days(window).unwrap_or(NaiveDate::MIN);
-        let end = day.checked_add_days(window).unwrap_or(NaiveDate::MAX);
         let around: Vec<(NaiveDate, u64)> = self
             .counts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .range(start..=end)
+            .range(checks.neighbourhood(day..=day))
             .map(|(d, n)| (*d, *n))
             .collect();
         checks.judge(day, fetched, &around)
