@@ -408,47 +408,8 @@ pub(crate) struct RunArgs {
     /// of its last sync (nothing read or written).
     #[arg(long)]
     pub(crate) skip_unchanged: bool,
-    /// A day that fetched fewer records than `--check-fraction` of the
-    /// median of the synced days around it (`--check-window` days on
-    /// either side, at least 7 of them): `warn` writes it and flags it in
-    /// the report and `status`, `fail` refuses it (nothing written, the
-    /// day failed until `backfill accept DAY`), `off` checks nothing.
-    #[arg(
-        long,
-        env = "BACKFILL_CHECK_VOLUME",
-        default_value = default_text("check_volume"),
-        value_parser = PossibleValuesParser::new(CheckAction::ALL.map(CheckAction::as_str))
-            .map(|a| a.parse::<CheckAction>().unwrap_or_default()),
-    )]
-    pub(crate) check_volume: CheckAction,
-    /// A day that fetched no record where the days around it have some:
-    /// `warn`, `fail` or `off`, as `--check-volume`.
-    #[arg(
-        long,
-        env = "BACKFILL_CHECK_EMPTY",
-        default_value = default_text("check_empty"),
-        value_parser = PossibleValuesParser::new(CheckAction::ALL.map(CheckAction::as_str))
-            .map(|a| a.parse::<CheckAction>().unwrap_or_default()),
-    )]
-    pub(crate) check_empty: CheckAction,
-    /// The volume check's fraction of the median (`0.25`, or `25%`): a
-    /// weekend at 60 % of a weekday passes, a day at 10 % does not.
-    #[arg(
-        long,
-        env = "BACKFILL_CHECK_FRACTION",
-        default_value = default_text("check_fraction"),
-        value_parser = parse_fraction,
-        value_name = "F"
-    )]
-    pub(crate) check_fraction: f64,
-    /// The days on either side of a day whose counts it is compared with.
-    #[arg(
-        long,
-        env = "BACKFILL_CHECK_WINDOW",
-        default_value = default_text("check_window"),
-        value_name = "DAYS"
-    )]
-    pub(crate) check_window: u32,
+    #[command(flatten)]
+    pub(crate) checks: CheckArgs,
     /// Print the days that would run, fetch and write nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
@@ -571,6 +532,8 @@ pub(crate) struct StatusArgs {
     #[arg(long, conflicts_with = "format")]
     pub(crate) json: bool,
     #[command(flatten)]
+    pub(crate) checks: CheckArgs,
+    #[command(flatten)]
     pub(crate) store: StoreArgs,
 }
 
@@ -601,6 +564,53 @@ pub(crate) struct PurgeArgs {
     pub(crate) json: bool,
     #[command(flatten)]
     pub(crate) store: StoreArgs,
+}
+
+/// The per-day checks, shared by the runs and `status` (which judges the
+/// synced days by them).
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// A day that fetched fewer records than `--check-fraction` of the
+    /// median of the synced days around it (`--check-window` days on
+    /// either side, at least 7 of them): `warn` writes it and flags it in
+    /// the report and `status`, `fail` refuses it (nothing written, the
+    /// day failed until `backfill accept DAY`), `off` checks nothing.
+    #[arg(
+        long,
+        env = "BACKFILL_CHECK_VOLUME",
+        default_value = default_text("check_volume"),
+        value_parser = PossibleValuesParser::new(CheckAction::ALL.map(CheckAction::as_str))
+            .map(|a| a.parse::<CheckAction>().unwrap_or_default()),
+    )]
+    pub(crate) check_volume: CheckAction,
+    /// A day that fetched no record where the days around it have some:
+    /// `warn`, `fail` or `off`, as `--check-volume`.
+    #[arg(
+        long,
+        env = "BACKFILL_CHECK_EMPTY",
+        default_value = default_text("check_empty"),
+        value_parser = PossibleValuesParser::new(CheckAction::ALL.map(CheckAction::as_str))
+            .map(|a| a.parse::<CheckAction>().unwrap_or_default()),
+    )]
+    pub(crate) check_empty: CheckAction,
+    /// The volume check's fraction of the median (`0.25`, or `25%`): a
+    /// weekend at 60 % of a weekday passes, a day at 10 % does not.
+    #[arg(
+        long,
+        env = "BACKFILL_CHECK_FRACTION",
+        default_value = default_text("check_fraction"),
+        value_parser = parse_fraction,
+        value_name = "F"
+    )]
+    pub(crate) check_fraction: f64,
+    /// The days on either side of a day whose counts it is compared with.
+    #[arg(
+        long,
+        env = "BACKFILL_CHECK_WINDOW",
+        default_value = default_text("check_window"),
+        value_name = "DAYS"
+    )]
+    pub(crate) check_window: u32,
 }
 
 #[derive(Debug, Args)]

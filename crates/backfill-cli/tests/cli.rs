@@ -2861,6 +2861,22 @@ fn checks_flag_a_day_at_a_tenth_and_accept_keeps_it_good() {
     );
     let days = status(dir.path());
     assert_eq!(flagged(&days, "flag"), ["2026-02-10"]);
+    // `status` judges by the same settings as the runs.
+    let output = run(backfill(dir.path()).args([
+        "status",
+        "--from",
+        "2026-01-01",
+        "--to",
+        "2026-03-01",
+        "--json",
+        "--check-volume",
+        "off",
+    ]));
+    assert_eq!(code(&output), 0, "{}", show(&output));
+    assert_eq!(
+        flagged(json(&output).as_array().unwrap(), "flag"),
+        Vec::<String>::new()
+    );
     let output = run(backfill(dir.path()).args([
         "status",
         "--from",

@@ -115,6 +115,10 @@ struct Profile {
     skip_unchanged: Option<bool>,
     allow_empty_replace: Option<bool>,
     max_delete_fraction: Option<Spanned<Fraction>>,
+    check_volume: Option<Spanned<String>>,
+    check_empty: Option<Spanned<String>>,
+    check_fraction: Option<Spanned<Fraction>>,
+    check_window: Option<u32>,
 }
 
 /// A size: bytes, or text with a unit.
@@ -281,6 +285,7 @@ impl Profiles {
             time_zone: p.time_zone.as_ref().map(|z| z.get_ref().clone()),
             skip_unchanged: p.skip_unchanged,
             allow_empty_replace: p.allow_empty_replace,
+            check_window: p.check_window,
             ..Settings::default()
         };
         // The values a file writes as text, read as a flag's are.
@@ -288,10 +293,12 @@ impl Profiles {
             Size::Bytes(n) => (n.to_string(), s.span()),
             Size::Text(t) => (t.clone(), s.span()),
         });
-        let fraction = p.max_delete_fraction.as_ref().map(|f| match f.get_ref() {
-            Fraction::Number(n) => (n.to_string(), f.span()),
-            Fraction::Text(t) => (t.clone(), f.span()),
-        });
+        let fraction = |f: &Option<Spanned<Fraction>>| {
+            f.as_ref().map(|f| match f.get_ref() {
+                Fraction::Number(n) => (n.to_string(), f.span()),
+                Fraction::Text(t) => (t.clone(), f.span()),
+            })
+        };
         let text =
             |v: &Option<Spanned<String>>| v.as_ref().map(|v| (v.get_ref().clone(), v.span()));
         let texts = [
@@ -300,7 +307,10 @@ impl Profiles {
             ("max_retry_delay", text(&p.max_retry_delay)),
             ("day_timeout", text(&p.day_timeout)),
             ("stream_memory", size),
-            ("max_delete_fraction", fraction),
+            ("max_delete_fraction", fraction(&p.max_delete_fraction)),
+            ("check_volume", text(&p.check_volume)),
+            ("check_empty", text(&p.check_empty)),
+            ("check_fraction", fraction(&p.check_fraction)),
         ];
         for (key, value) in texts {
             if let Some((value, span)) = value {
@@ -412,6 +422,39 @@ columns = ["amount:numeric"]
             Some("postgres://etl:p%40ss%20word@db.internal:5432/warehouse?sslmode=require")
         );
         assert_eq!(prod.mode, Some(Mode::Replace));
+    }
+
+    /// Every setting a profile can hold: the defaults, each written as a
+    /// file writes it, read back as they are.
+    #[test]
+    fn every_setting_reads_back_from_a_profile() {
+        let defaults = Settings::defaults();
+        let mut text = String::from("[profiles.all]\n");
+        for key in crate::settings::KEYS {
+            let Some(value) = defaults.text(key.name) else {
+                continue;
+            };
+            let bare = value == "true"
+                || value == "false"
+                || value.starts_with('[')
+                || value.parse::<f64>().is_ok();
+            match bare {
+                true => text.push_str(&format!("{} = {value}\n", key.name)),
+                false => text.push_str(&format!("{} = {value:?}\n", key.name)),
+            }
+        }
+        let p = Profiles::parse("b.toml", &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let read = p.settings(Some("all"), &no_env).unwrap();
+        assert_eq!(read, defaults.over(&Settings::default()), "{text}");
+        let checks = "[profiles.a]\ncheck_volume = \"fail\"\ncheck_fraction = \"10%\"\n";
+        let a = Profiles::parse("b.toml", checks).unwrap();
+        let a = a.settings(Some("a"), &no_env).unwrap();
+        assert_eq!(a.check_volume, Some(crate::CheckAction::Fail));
+        assert_eq!(a.check_fraction, Some(0.1));
+        let error = Profiles::parse("b.toml", "[profiles.a]\ncheck_empty = \"loud\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("b.toml:2: check_empty: "), "{error}");
     }
 
     #[test]
