@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use backfill_core::{DayStatus, Status};
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
 
-use crate::status::{run_or_error, Cell};
+use crate::status::{duration, run_or_error, Cell};
 
 /// The page's style: system fonts, a grid of weeks per month, the table
 /// scrolling on its own on a narrow screen.
@@ -212,12 +212,13 @@ fn failures(status: &Status, out: &mut String) {
     out.push_str("</ul>\n");
 }
 
-/// Every day on its row: its state, last sync, counts, and its run or
-/// last error.
+/// Every day on its row: its state, last sync and how long it took, its
+/// counts, and its run or last error.
 fn days(status: &Status, out: &mut String) {
     out.push_str(
         "<h2>Every day</h2>\n<div class=\"scroll\"><table>\n<thead><tr><th>day</th>\
-         <th class=\"text\">state</th><th>synced at</th><th class=\"text\">mode</th>\
+         <th class=\"text\">state</th><th>synced at</th><th>fetch</th><th>write</th>\
+         <th class=\"text\">mode</th>\
          <th>records</th><th>inserted</th><th>updated</th><th>deleted</th><th>unchanged</th>\
          <th>stale</th><th class=\"text\">run / last error</th></tr></thead>\n<tbody>\n",
     );
@@ -225,11 +226,12 @@ fn days(status: &Status, out: &mut String) {
         let synced = day.entry.as_ref().and_then(|e| e.synced.as_ref());
         let number = |n: Option<u64>| n.map_or("–".to_owned(), |n| n.to_string());
         let c = synced.map(|s| s.counts);
+        let timing = synced.and_then(|s| s.timing);
         let last = run_or_error(day).unwrap_or_else(|| "–".to_owned());
         let _ = writeln!(
             out,
             "<tr class=\"state-{}\" data-day=\"{}\"><td>{}</td><td class=\"text\">{}</td><td>{}</td>\
-             <td class=\"text\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td class=\"text\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td class=\"text\">{}</td></tr>",
             Cell::of(day).class(),
             day.day,
@@ -239,6 +241,8 @@ fn days(status: &Status, out: &mut String) {
                 .at
                 .format("%Y-%m-%d %H:%M:%S")
                 .to_string()),
+            timing.map_or("–".to_owned(), |t| duration(t.fetch)),
+            timing.map_or("–".to_owned(), |t| duration(t.write)),
             synced.map_or("–", |s| s.mode.as_str()),
             number(c.map(|c| c.applied() + c.collapsed)),
             number(c.map(|c| c.inserted)),

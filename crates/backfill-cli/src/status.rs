@@ -342,17 +342,32 @@ pub(crate) fn run_or_error(day: &DayStatus) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
+/// A duration as a person reads it at a glance: `340ms`, `12.3s`,
+/// `4m05s`, `2h07m`.
+pub(crate) fn duration(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        0..=999 => format!("{ms}ms"),
+        1_000..=59_999 => format!("{}.{}s", ms / 1000, ms % 1000 / 100),
+        60_000..=3_599_999 => format!("{}m{:02}s", ms / 60_000, ms / 1000 % 60),
+        _ => format!("{}h{:02}m", ms / 3_600_000, ms / 60_000 % 60),
+    }
+}
+
 /// One line for every day, for `--format table`: a header, then
-/// `day state synced_at mode records inserted updated deleted unchanged
-/// stale run_or_error`, blank-padded columns, `-` for what a day lacks.
+/// `day state synced_at fetch write mode records inserted updated deleted
+/// unchanged stale run_or_error`, blank-padded columns, `-` for what a day
+/// lacks.
 fn table(status: &Status) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<10}  {:<7}  {:<20}  {:<7}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  run / last error",
+        "{:<10}  {:<7}  {:<20}  {:>7}  {:>7}  {:<7}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  run / last error",
         "day",
         "state",
         "synced_at",
+        "fetch",
+        "write",
         "mode",
         "records",
         "inserted",
@@ -365,12 +380,13 @@ fn table(status: &Status) -> String {
         let synced = day.entry.as_ref().and_then(|e| e.synced.as_ref());
         let number = |n: Option<u64>| n.map_or("-".to_owned(), |n| n.to_string());
         let c = synced.map(|s| s.counts);
+        let timing = synced.and_then(|s| s.timing);
         let last = run_or_error(day).map_or("-".to_owned(), |text| {
             text.lines().collect::<Vec<_>>().join(" / ")
         });
         let _ = writeln!(
             out,
-            "{:<10}  {:<7}  {:<20}  {:<7}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {}",
+            "{:<10}  {:<7}  {:<20}  {:>7}  {:>7}  {:<7}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {}",
             day.day,
             match day.flag {
                 Some(_) => "flagged".to_owned(),
@@ -380,6 +396,8 @@ fn table(status: &Status) -> String {
                 .at
                 .format("%Y-%m-%dT%H:%M:%SZ")
                 .to_string()),
+            timing.map_or("-".to_owned(), |t| duration(t.fetch)),
+            timing.map_or("-".to_owned(), |t| duration(t.write)),
             synced.map_or("-", |s| match s.mode {
                 backfill_core::Mode::Replace => "replace",
                 _ => "merge",
@@ -557,6 +575,25 @@ mod tests {
         );
     }
 
+    #[test]
+    fn durations_read_at_a_glance() {
+        let ms = std::time::Duration::from_millis;
+        let cases = [
+            (0, "0ms"),
+            (999, "999ms"),
+            (1_000, "1.0s"),
+            (12_345, "12.3s"),
+            (59_999, "59.9s"),
+            (60_000, "1m00s"),
+            (245_000, "4m05s"),
+            (3_600_000, "1h00m"),
+            (7_620_000, "2h07m"),
+        ];
+        for (n, text) in cases {
+            assert_eq!(duration(ms(n)), text, "{n} ms");
+        }
+    }
+
     #[tokio::test]
     async fn the_table_has_one_line_per_day() {
         let status = status().await;
@@ -571,21 +608,37 @@ mod tests {
         };
         let third = fields(lines[1]);
         assert_eq!(&third[..2], ["2026-01-03", "synced"]);
-        assert_eq!(&third[3..10], ["merge", "1", "1", "0", "0", "0", "0"]);
-        let fifth = fields(lines[3]);
-        assert_eq!(&fifth[..3], ["2026-01-05", "failed", "-"]);
+        // How long its fetch and its write took, as the ledger has them.
+        let timing = status.days[0]
+            .entry
+            .as_ref()
+            .unwrap()
+            .synced
+            .as_ref()
+            .unwrap()
+            .timing;
+        let timing = timing.expect("the memory store keeps the timing");
         assert_eq!(
-            fifth[10..].join(" "),
+            &third[3..5],
+            [duration(timing.fetch), duration(timing.write)]
+        );
+        assert_eq!(&third[5..12], ["merge", "1", "1", "0", "0", "0", "0"]);
+        let fifth = fields(lines[3]);
+        assert_eq!(&fifth[..5], ["2026-01-05", "failed", "-", "-", "-"]);
+        assert_eq!(
+            fifth[12..].join(" "),
             "fetching 2026-01-05 failed: exit 3: upstream 500 / second line"
         );
         let sixth = fields(lines[4]);
-        assert_eq!(&sixth[3..5], ["merge", "0"]);
+        assert_eq!(&sixth[5..7], ["merge", "0"]);
         let last = fields(lines[lines.len() - 1]);
         assert_eq!(
             last,
             [
                 "2026-02-28",
                 "missing",
+                "-",
+                "-",
                 "-",
                 "-",
                 "-",

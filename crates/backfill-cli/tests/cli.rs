@@ -2632,7 +2632,8 @@ fn chromium() -> Option<PathBuf> {
 /// `status --format html`: one page with nothing fetched from anywhere,
 /// opened in a real headless Chromium: the failed day's error is on the
 /// page as text (its markup escaped), every day's row says what the
-/// ledger says, and a phone-sized screenshot is taken.
+/// ledger says (its counts, run, and how long its fetch and its write
+/// took), and a phone-sized screenshot is taken.
 #[test]
 fn the_status_page_in_a_real_browser() {
     let dir = tempfile::tempdir().unwrap();
@@ -2755,9 +2756,19 @@ fn the_status_page_in_a_real_browser() {
                 let run = synced.run_id.as_ref().unwrap().as_str().to_owned();
                 let inserted = synced.counts.inserted;
                 assert_eq!(inserted, u64::from(entry.day.day()));
+                // How long its fetch and its write took, as the ledger has
+                // them.
+                let timing = synced.timing.expect("SQLite keeps the timing");
+                let took = |d: std::time::Duration| match d.as_millis() {
+                    ms @ 0..=999 => format!("{ms}ms"),
+                    ms => format!("{}.{}s", ms / 1000, ms % 1000 / 100),
+                };
+                let (fetch, write) = (took(timing.fetch), took(timing.write));
                 assert!(
                     row.starts_with(&format!("{} synced", entry.day))
-                        && row.contains(&format!(" merge {inserted} {inserted} 0 0 0 0 {run}")),
+                        && row.contains(&format!(
+                            " {fetch} {write} merge {inserted} {inserted} 0 0 0 0 {run}"
+                        )),
                     "{row}"
                 );
             }

@@ -3,6 +3,7 @@
 //! transaction as a day's rows (SPEC §7), so it cannot drift from them.
 
 use std::fmt;
+use std::time::Duration;
 
 use chrono::{DateTime, NaiveDate, Utc};
 
@@ -186,7 +187,11 @@ impl serde::Serialize for Digest {
 }
 
 /// The last successful apply of a day.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Two are equal when they record the same apply: its [`Timing`], a
+/// measurement by one process's clock that differs between two runs doing
+/// the same thing, is not compared.
+#[derive(Debug, Clone)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct SyncedDay {
@@ -202,6 +207,10 @@ pub struct SyncedDay {
     pub digest: Digest,
     /// What the apply did.
     pub counts: Counts,
+    /// How long the attempt that applied it took, fetch and write; `None`
+    /// where it was not recorded (a ledger row written by an earlier
+    /// release, or a store that does not keep it).
+    pub timing: Option<Timing>,
 }
 
 impl SyncedDay {
@@ -222,7 +231,88 @@ impl SyncedDay {
             as_of,
             digest,
             counts,
+            timing: None,
         }
+    }
+
+    /// The same apply with its [`Timing`], as a store that keeps it reads
+    /// it back.
+    #[must_use]
+    pub fn with_timing(mut self, timing: Option<Timing>) -> Self {
+        self.timing = timing;
+        self
+    }
+}
+
+impl PartialEq for SyncedDay {
+    fn eq(&self, other: &Self) -> bool {
+        let Self {
+            at,
+            run_id,
+            mode,
+            as_of,
+            digest,
+            counts,
+            timing: _,
+        } = self;
+        (at, run_id, mode, as_of, digest, counts)
+            == (
+                &other.at,
+                &other.run_id,
+                &other.mode,
+                &other.as_of,
+                &other.digest,
+                &other.counts,
+            )
+    }
+}
+
+/// How long a day's successful attempt took, by the monotonic clock of
+/// the process that ran it: its fetch (until the last record arrived) and
+/// its write, from then until its ledger row was made (on SQLite and
+/// Postgres just before the commit; on Delta once the day's new rows are
+/// decided, before their files are written). Earlier attempts of the same
+/// run are not included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Timing {
+    /// Fetching the day.
+    pub fetch: Duration,
+    /// Writing it.
+    pub write: Duration,
+}
+
+impl Timing {
+    /// Fetch and write together.
+    pub fn total(&self) -> Duration {
+        self.fetch + self.write
+    }
+
+    /// Whole milliseconds, as stores keep them: `(fetch, write)`.
+    pub fn as_millis(&self) -> (i64, i64) {
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        (ms(self.fetch), ms(self.write))
+    }
+
+    /// From whole milliseconds as stores keep them; `None` for a negative
+    /// one (a row no release writes).
+    pub fn from_millis(fetch: i64, write: i64) -> Option<Self> {
+        let d = |ms: i64| u64::try_from(ms).ok().map(Duration::from_millis);
+        Some(Self {
+            fetch: d(fetch)?,
+            write: d(write)?,
+        })
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for Timing {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let (fetch, write) = self.as_millis();
+        let mut t = s.serialize_struct("Timing", 2)?;
+        t.serialize_field("fetch_ms", &fetch)?;
+        t.serialize_field("write_ms", &write)?;
+        t.end()
     }
 }
 

@@ -92,7 +92,7 @@ pub use job::{
 };
 pub use ledger::{
     merge_acceptance, DayFailure, DayState, Digest, LedgerEntry, RunId, SyncStamp, SyncedDay,
-    MAX_ERROR_BYTES, MAX_RUN_ID_BYTES,
+    Timing, MAX_ERROR_BYTES, MAX_RUN_ID_BYTES,
 };
 pub use memory::{Applied, MemoryStore, PageCounts};
 pub use record::{EventDates, Record, MAX_KEY_BYTES, MAX_YEAR, MIN_YEAR};

@@ -2,10 +2,13 @@
 //! batches, the day's ledger row and its share of history.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use backfill_core::columns::{Column, ColumnType, ColumnValue, Columns};
 use backfill_core::history::Version;
-use backfill_core::{Counts, DayFailure, Digest, LedgerEntry, Mode, Record, RunId, SyncedDay};
+use backfill_core::{
+    Counts, DayFailure, Digest, LedgerEntry, Mode, Record, RunId, SyncedDay, Timing,
+};
 use chrono::{DateTime, NaiveDate, Utc};
 use deltalake::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, BooleanBuilder, Date32Builder, Float64Builder,
@@ -530,6 +533,12 @@ struct Synced {
     as_of: Option<DateTime<Utc>>,
     digest: String,
     counts: CountsRow,
+    /// The apply's [`Timing`](backfill_core::Timing), in milliseconds: absent
+    /// from rows of earlier releases, which ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fetch_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    write_ms: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -552,6 +561,11 @@ struct Failure {
     error: String,
 }
 
+/// Whole milliseconds, as the ledger row keeps a duration.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 impl LedgerRow {
     fn encode(entry: &LedgerEntry) -> Result<String> {
         let row = LedgerRow {
@@ -571,6 +585,8 @@ impl LedgerRow {
                     skipped: s.counts.skipped,
                     collapsed: s.counts.collapsed,
                 },
+                fetch_ms: s.timing.map(|t| millis(t.fetch)),
+                write_ms: s.timing.map(|t| millis(t.write)),
             }),
             failure: entry.failure.as_ref().map(|f| Failure {
                 at: f.at,
@@ -617,14 +633,21 @@ impl LedgerRow {
             counts.unlisted = s.counts.unlisted;
             counts.skipped = s.counts.skipped;
             counts.collapsed = s.counts.collapsed;
-            entry.synced = Some(SyncedDay::new(
-                s.at,
-                s.run_id.map(RunId::from),
-                mode,
-                s.as_of,
-                digest,
-                counts,
-            ));
+            let timing = s.fetch_ms.zip(s.write_ms).map(|(fetch, write)| Timing {
+                fetch: Duration::from_millis(fetch),
+                write: Duration::from_millis(write),
+            });
+            entry.synced = Some(
+                SyncedDay::new(
+                    s.at,
+                    s.run_id.map(RunId::from),
+                    mode,
+                    s.as_of,
+                    digest,
+                    counts,
+                )
+                .with_timing(timing),
+            );
         }
         if let Some(f) = row.failure {
             entry.failure = Some(DayFailure::new(
@@ -650,18 +673,28 @@ mod tests {
         counts.inserted = 3;
         counts.collapsed = 1;
         let mut entry = LedgerEntry::new(day);
-        entry.synced = Some(SyncedDay::new(
-            at,
-            Some(RunId::from("run-1")),
-            Mode::Replace,
-            Some(at),
-            Digest::from_bytes([7; 16]),
-            counts,
-        ));
+        entry.synced = Some(
+            SyncedDay::new(
+                at,
+                Some(RunId::from("run-1")),
+                Mode::Replace,
+                Some(at),
+                Digest::from_bytes([7; 16]),
+                counts,
+            )
+            .with_timing(Some(Timing {
+                fetch: Duration::from_millis(1200),
+                write: Duration::from_millis(35),
+            })),
+        );
         entry.failure = Some(DayFailure::new(at, None, 2, "upstream 503"));
         entry.listing_watermark = Some(at);
         let text = LedgerRow::encode(&entry).unwrap();
-        assert_eq!(LedgerRow::decode(day, &text).unwrap(), entry);
+        let back = LedgerRow::decode(day, &text).unwrap();
+        assert_eq!(back, entry);
+        // Not compared by `==`: a measurement.
+        let timing = |e: &LedgerEntry| e.synced.as_ref().unwrap().timing;
+        assert_eq!(timing(&back), timing(&entry));
     }
 
     #[test]

@@ -135,8 +135,9 @@ impl PostgresStoreBuilder {
     }
 
     /// The table (default [`DEFAULT_TABLE`]); created if missing. Same rule
-    /// as [`PostgresStoreBuilder::schema`], and neither `backfill_tables`
-    /// nor `backfill_days`: those are the schema's metadata tables.
+    /// as [`PostgresStoreBuilder::schema`], and none of `backfill_tables`,
+    /// `backfill_days`, `backfill_accepted` and `backfill_timings`: those
+    /// are the schema's metadata tables.
     pub fn table(mut self, table: impl Into<String>) -> Self {
         self.table = table.into();
         self
@@ -334,10 +335,11 @@ impl PostgresStoreBuilder {
         )
         .await?;
         tx.commit().await.map_err(open_error)?;
+        let timings = keeps_timings(&client, schema, self.create_if_missing).await?;
         drop(client);
         Ok(PostgresStore {
             pool,
-            sql: Arc::new(Statements::new(schema, name, &columns, history.on)),
+            sql: Arc::new(Statements::new(schema, name, &columns, history.on, timings)),
             history_started_with: history.started_with,
             page_rows: self.page_rows,
             page_bytes: self.page_bytes,
@@ -350,7 +352,14 @@ impl PostgresStoreBuilder {
         check_identifier("schema", &self.schema)?;
         check_identifier("table", &self.table)?;
         // The schema's metadata tables cannot also hold records.
-        if [sql::TABLES_TABLE, sql::DAYS_TABLE].contains(&self.table.as_str()) {
+        if [
+            sql::TABLES_TABLE,
+            sql::DAYS_TABLE,
+            sql::ACCEPTED_TABLE,
+            sql::TIMINGS_TABLE,
+        ]
+        .contains(&self.table.as_str())
+        {
             return Err(Error::InvalidName {
                 what: "table",
                 name: self.table.clone(),
@@ -391,4 +400,48 @@ mod tests {
             other => panic!("expected Open, got {other:?}"),
         }
     }
+}
+
+/// Whether the store keeps the days' timings ([`sql::TIMINGS_TABLE`] of
+/// `schema`): made here when missing if the store may create what is
+/// missing and the role may create tables in the schema, and used when the
+/// role may read and write it. Timings are a convenience: a role without
+/// those rights opens the store, reads and writes without them.
+async fn keeps_timings(
+    client: &tokio_postgres::Client,
+    schema: &str,
+    create: bool,
+) -> Result<bool> {
+    let table = sql::qualified(schema, sql::TIMINGS_TABLE);
+    let usable = || async {
+        client
+            .query_one(
+                "SELECT to_regclass($1) IS NOT NULL AND has_table_privilege($1, 'SELECT') \
+                 AND has_table_privilege($1, 'INSERT') AND has_table_privilege($1, 'UPDATE')",
+                &[&table],
+            )
+            .await
+            .map(|row| row.get::<_, Option<bool>>(0) == Some(true))
+            .map_err(open_error)
+    };
+    let exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .await
+        .map_err(open_error)?
+        .get(0);
+    if exists || !create {
+        return usable().await;
+    }
+    let may: bool = client
+        .query_one("SELECT has_schema_privilege($1, 'CREATE')", &[&schema])
+        .await
+        .map_err(open_error)?
+        .get(0);
+    if !may {
+        return Ok(false);
+    }
+    // Two processes opening a new schema at once may both try: the loser's
+    // error leaves the winner's table.
+    let _ = client.batch_execute(&sql::create_timings(schema)).await;
+    usable().await
 }

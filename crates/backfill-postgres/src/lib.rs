@@ -223,6 +223,24 @@
 //! nothing is ever created or upgraded: any table below version 3 is an
 //! `Error::Open`.
 //!
+//! Two more shared tables are made when first needed, and read beside
+//! `backfill_days` into the ledger when they exist, so a schema that never
+//! needed them keeps exactly the tables above (and a release that does not
+//! know them reads it unchanged):
+//!
+//! - `backfill_accepted (records_table, day, accepted_at)`: the days a
+//!   person [accepted](backfill_core::Store::accept), made by the first
+//!   acceptance;
+//! - `backfill_timings (records_table, day, synced_at, fetch_ms,
+//!   write_ms)`: how long each day's last successful apply took
+//!   ([`Timing`](backfill_core::Timing)), written in the apply's statement
+//!   that writes its ledger row. It is made on open, when missing, by a
+//!   store that may create what is missing and a role that may create
+//!   tables in the schema; a store whose role may not read and write it
+//!   works without timings. A timing counts only while its `synced_at` is
+//!   the day's in `backfill_days`: a day applied since by a release or a
+//!   role that does not write timings reads as having none.
+//!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> backfill_core::Result<()> {
 //! use backfill_core::{backfill, Record};

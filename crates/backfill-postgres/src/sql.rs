@@ -29,6 +29,32 @@ pub(crate) const DAYS_TABLE: &str = "backfill_days";
 /// table: made by the first acceptance, and read beside [`DAYS_TABLE`] into
 /// the ledger.
 pub(crate) const ACCEPTED_TABLE: &str = "backfill_accepted";
+/// The shared table, one per schema, of how long each day's last
+/// successful apply took ([`Timing`](backfill_core::Timing)), per records
+/// table, with the `synced_at` of the ledger row it belongs to: a ledger
+/// row written by an earlier release, which does not know this table, has
+/// no timing rather than another apply's. Made on open by a role that may
+/// create tables in the schema; without it, timings are not kept.
+pub(crate) const TIMINGS_TABLE: &str = "backfill_timings";
+
+/// [`TIMINGS_TABLE`] of `schema`, made when missing.
+pub(crate) fn create_timings(schema: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (records_table text NOT NULL, day date NOT NULL, \
+         synced_at timestamptz NOT NULL, fetch_ms bigint NOT NULL CHECK (fetch_ms >= 0), \
+         write_ms bigint NOT NULL CHECK (write_ms >= 0), PRIMARY KEY (records_table, day))",
+        qualified(schema, TIMINGS_TABLE)
+    )
+}
+
+/// Each of `columns` (`a, b, …`) qualified by `alias`.
+fn prefixed(alias: &str, columns: &str) -> String {
+    columns
+        .split(',')
+        .map(|c| format!("{alias}.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// `"schema"."table"`.
 pub(crate) fn qualified(schema: &str, table: &str) -> String {
@@ -409,13 +435,20 @@ pub(crate) struct Statements {
     /// of day `$1` synced at `$3` by run `$4` in mode `$5` with digest `$6`
     /// and counts `$7`–`$13`, its failure cleared, its watermark raised to
     /// `$2` (a listing's `as_of`; NULL in merge mode) if lower.
+    ///
+    /// With [`Statements::timings`], also day `$1`'s timing, `$14` and
+    /// `$15` its fetch and write in milliseconds (none when NULL).
     pub(crate) synced: String,
     /// The day ledger's failure, in a transaction of its own: day `$1`
     /// failed at `$2` in run `$3` after `$4` attempts with error `$5`; the
     /// last success and the watermark are kept.
     pub(crate) failed: String,
-    /// The ledger rows of days `$1` to `$2`, in day order.
+    /// The ledger rows of days `$1` to `$2`, in day order; with
+    /// [`Statements::timings`], each success's fetch and write in
+    /// milliseconds after them (NULL where unknown).
     pub(crate) ledger: String,
+    /// Whether the schema keeps [`TIMINGS_TABLE`].
+    pub(crate) timings: bool,
     /// [`ACCEPTED_TABLE`], qualified, as `to_regclass` takes it.
     pub(crate) accepted_table: String,
     /// [`ACCEPTED_TABLE`], made when missing.
@@ -436,8 +469,15 @@ impl Statements {
     /// Every statement's text for `schema`.`table`. Long because it is the
     /// store's whole SQL, one field after another, each text beside the
     /// names it is built from; a reader looks a statement up here by name.
-    pub(crate) fn new(schema: &str, table: &str, typed: &Columns, history: bool) -> Self {
+    pub(crate) fn new(
+        schema: &str,
+        table: &str,
+        typed: &Columns,
+        history: bool,
+        timings: bool,
+    ) -> Self {
         let t = qualified(schema, table);
+        let timings_table = qualified(schema, TIMINGS_TABLE);
         let days = qualified(schema, DAYS_TABLE);
         let cols = COLUMNS;
         // The typed columns: in the COPY and the merge's upsert after the
@@ -698,7 +738,7 @@ WHERE s.key = ANY($1::text[]) AND s.event_date = $2 AND NOT s.deleted AND s.upda
             // leave it as the last committer wrote it. `greatest` ignores
             // NULL: a merge keeps the watermark, a listing raises it.
             synced: format!(
-                r#"
+                r#"{timing}
 INSERT INTO {days} AS w (records_table, day, listing_watermark, {LEDGER_SYNCED})
 VALUES ({name}, $1::date, $2::timestamptz, $3::timestamptz, $4::text, $5::text, $2::timestamptz,
         $6::text, $7::bigint, $8::bigint, $9::bigint, $10::bigint, $11::bigint, $12::bigint,
@@ -710,7 +750,19 @@ ON CONFLICT (records_table, day) DO UPDATE SET
     inserted = EXCLUDED.inserted, updated = EXCLUDED.updated,
     unchanged = EXCLUDED.unchanged, stale = EXCLUDED.stale, deleted = EXCLUDED.deleted,
     unlisted = EXCLUDED.unlisted, collapsed = EXCLUDED.collapsed,
-    failed_at = NULL, failed_run_id = NULL, attempts = NULL, error = NULL"#
+    failed_at = NULL, failed_run_id = NULL, attempts = NULL, error = NULL"#,
+                timing = if timings {
+                    format!(
+                        "WITH timing AS (
+INSERT INTO {timings_table} AS t (records_table, day, synced_at, fetch_ms, write_ms)
+SELECT {name}, $1::date, $3::timestamptz, $14::bigint, $15::bigint
+WHERE $14::bigint IS NOT NULL AND $15::bigint IS NOT NULL
+ON CONFLICT (records_table, day) DO UPDATE SET synced_at = EXCLUDED.synced_at,
+    fetch_ms = EXCLUDED.fetch_ms, write_ms = EXCLUDED.write_ms)"
+                    )
+                } else {
+                    String::new()
+                }
             ),
             failed: format!(
                 r#"
@@ -720,10 +772,22 @@ ON CONFLICT (records_table, day) DO UPDATE SET
     failed_at = EXCLUDED.failed_at, failed_run_id = EXCLUDED.failed_run_id,
     attempts = EXCLUDED.attempts, error = EXCLUDED.error"#
             ),
-            ledger: format!(
-                "SELECT day, listing_watermark, {LEDGER_SYNCED}, {LEDGER_FAILED} FROM {days} \
-                 WHERE records_table = {name} AND day BETWEEN $1 AND $2 ORDER BY day"
-            ),
+            ledger: if timings {
+                let synced = prefixed("d", LEDGER_SYNCED);
+                let failed = prefixed("d", LEDGER_FAILED);
+                format!(
+                    "SELECT d.day, d.listing_watermark, {synced}, {failed}, t.fetch_ms, t.write_ms \
+                     FROM {days} d LEFT JOIN {timings_table} t ON t.records_table = d.records_table \
+                     AND t.day = d.day AND t.synced_at = d.synced_at \
+                     WHERE d.records_table = {name} AND d.day BETWEEN $1 AND $2 ORDER BY d.day"
+                )
+            } else {
+                format!(
+                    "SELECT day, listing_watermark, {LEDGER_SYNCED}, {LEDGER_FAILED} FROM {days} \
+                     WHERE records_table = {name} AND day BETWEEN $1 AND $2 ORDER BY day"
+                )
+            },
+            timings,
             accepted_table: qualified(schema, ACCEPTED_TABLE),
             create_accepted: format!(
                 "CREATE TABLE IF NOT EXISTS {accepted} (records_table text NOT NULL, \

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use backfill_core::columns::Columns;
 use backfill_core::{
     Counts, DayFailure, DayWrite, Digest, Error, HistoryRow, LedgerEntry, Record, Result, RunId,
-    Store, SyncedDay,
+    Store, SyncedDay, Timing,
 };
 use chrono::{DateTime, NaiveDate, Utc};
 use deadpool_postgres::Pool;
@@ -311,14 +311,28 @@ fn into_entry(row: &Row) -> Result<LedgerEntry> {
             *field = u64::try_from(n).unwrap_or(0);
         }
         let run_id: Option<String> = row.try_get(3).map_err(pg_error)?;
-        entry.synced = Some(SyncedDay::new(
-            at,
-            run_id.map(RunId::from),
-            mode,
-            row.try_get(5).map_err(pg_error)?,
-            digest,
-            counts,
-        ));
+        // After the failure's columns when the schema keeps timings.
+        let timing = match row.len() > 18 {
+            true => {
+                let fetch: Option<i64> = row.try_get(18).map_err(pg_error)?;
+                let write: Option<i64> = row.try_get(19).map_err(pg_error)?;
+                fetch
+                    .zip(write)
+                    .and_then(|(f, w)| Timing::from_millis(f, w))
+            }
+            false => None,
+        };
+        entry.synced = Some(
+            SyncedDay::new(
+                at,
+                run_id.map(RunId::from),
+                mode,
+                row.try_get(5).map_err(pg_error)?,
+                digest,
+                counts,
+            )
+            .with_timing(timing),
+        );
     }
     let failed_at: Option<DateTime<Utc>> = row.try_get(14).map_err(pg_error)?;
     if let Some(at) = failed_at {

@@ -650,26 +650,27 @@ async fn write_ledger(
 ) -> Result<()> {
     let ledger = tx.prepare_cached(&sql.synced).await.map_err(pg_error)?;
     let c = &synced.counts;
-    tx.execute(
-        &ledger,
-        &[
-            &date,
-            &synced.as_of,
-            &synced.at,
-            &synced.run_id.as_ref().map(RunId::as_str),
-            &synced.mode.as_str(),
-            &synced.digest.to_string(),
-            &count(c.inserted),
-            &count(c.updated),
-            &count(c.unchanged),
-            &count(c.stale),
-            &count(c.deleted),
-            &count(c.unlisted),
-            &count(c.collapsed),
-        ],
-    )
-    .await
-    .map_err(pg_error)?;
+    let (fetch_ms, write_ms) = synced.timing.map(|t| t.as_millis()).unzip();
+    let params: &[&(dyn ToSql + Sync)] = &[
+        &date,
+        &synced.as_of,
+        &synced.at,
+        &synced.run_id.as_ref().map(RunId::as_str),
+        &synced.mode.as_str(),
+        &synced.digest.to_string(),
+        &count(c.inserted),
+        &count(c.updated),
+        &count(c.unchanged),
+        &count(c.stale),
+        &count(c.deleted),
+        &count(c.unlisted),
+        &count(c.collapsed),
+        &fetch_ms,
+        &write_ms,
+    ];
+    // The timing's parameters only where the statement writes it.
+    let params = if sql.timings { params } else { &params[..13] };
+    tx.execute(&ledger, params).await.map_err(pg_error)?;
     Ok(())
 }
 

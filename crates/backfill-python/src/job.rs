@@ -274,6 +274,14 @@ impl PyJob {
                 .filter(|d| d.entry.as_ref().is_some_and(|e| e.accepted.is_some()))
                 .map(|d| d.day)
                 .collect(),
+            timings: status
+                .days
+                .iter()
+                .filter_map(|d| {
+                    let timing = d.entry.as_ref()?.synced.as_ref()?.timing?;
+                    Some((d.day, timing.fetch, timing.write))
+                })
+                .collect(),
         })
     }
 }

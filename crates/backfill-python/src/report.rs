@@ -1,6 +1,8 @@
 //! What a run did, as Python objects: `Counts`, `DayReport`, `RunReport`
 //! and the ledger's `Status`.
 
+use std::time::Duration;
+
 use backfill_core::{Counts, DayReport, RunReport};
 use chrono::NaiveDate;
 use pyo3::prelude::*;
@@ -133,6 +135,7 @@ pub(crate) struct PyStatus {
     pub(crate) days: Vec<(NaiveDate, String)>,
     pub(crate) flagged: Vec<(NaiveDate, String)>,
     pub(crate) accepted: Vec<NaiveDate>,
+    pub(crate) timings: Vec<(NaiveDate, Duration, Duration)>,
 }
 
 #[pymethods]
@@ -154,6 +157,14 @@ impl PyStatus {
     #[getter]
     fn accepted(&self) -> Vec<NaiveDate> {
         self.accepted.clone()
+    }
+
+    /// How long each synced day's last apply took, as `(day, fetch,
+    /// write)` with `datetime.timedelta`s, in day order: the days whose
+    /// store kept it.
+    #[getter]
+    fn timings(&self) -> Vec<(NaiveDate, Duration, Duration)> {
+        self.timings.clone()
     }
 
     fn __str__(&self) -> &str {

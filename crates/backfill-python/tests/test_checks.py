@@ -85,3 +85,28 @@ def test_check_settings_are_checked_when_the_job_is_made():
     with pytest.raises(ValueError, match="check_fraction"):
         backfill.Job(check_fraction=1.5)
     assert backfill.Job(check_volume="off", check_empty="off", check_window=7) is not None
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres", "delta"])
+def test_status_says_how_long_each_day_took(kind, tmp_path):
+    store = _store(kind, tmp_path, "timed")
+    slow = dt.date(2026, 1, 2)
+
+    def timed(day):
+        if day == slow:
+            import time
+
+            time.sleep(0.3)
+        return fetch(day)
+
+    job = backfill.Job()
+    job.backfill(store, timed, FIRST, FIRST + dt.timedelta(days=2))
+    timings = job.status(store, FIRST, LAST).timings
+    assert [day for day, _, _ in timings] == [FIRST + dt.timedelta(days=i) for i in range(3)]
+    for day, fetched, written in timings:
+        assert isinstance(fetched, dt.timedelta) and isinstance(written, dt.timedelta)
+        assert written >= dt.timedelta(0)
+        if day == slow:
+            assert dt.timedelta(seconds=0.3) <= fetched < dt.timedelta(seconds=30)
+        else:
+            assert fetched < dt.timedelta(seconds=0.3)

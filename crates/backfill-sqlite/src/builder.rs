@@ -137,8 +137,8 @@ impl SqliteStoreBuilder {
 
     /// The table to keep records in (default [`DEFAULT_TABLE`]); must match
     /// `[a-z_][a-z0-9_]*` (see [`check_identifier`]) and may not be
-    /// `backfill_tables` or `backfill_days`, the store's
-    /// [metadata tables](crate#the-metadata-tables). Created on open if
+    /// `backfill_tables`, `backfill_days`, `backfill_accepted` or
+    /// `backfill_timings`, the store's [metadata tables](crate#the-metadata-tables). Created on open if
     /// missing; if it exists, it must be the table the store would create
     /// (see the [crate docs](crate#an-existing-table)), or one of an earlier
     /// schema version, which is [upgraded](crate#upgrading-from-versions-1-and-2).

@@ -162,6 +162,23 @@
 //! day rows left over from a dropped table of the same name are removed,
 //! since their watermarks would delete the new table's rows.
 //!
+//! Two more tables are made when first needed, and read beside
+//! `backfill_days` into the ledger when they exist, so a file that never
+//! needed them keeps exactly the tables above (and a release that does not
+//! know them reads it unchanged):
+//!
+//! - `backfill_accepted (records_table, day, accepted_at)`: the days a
+//!   person [accepted](backfill_core::Store::accept), made by the first
+//!   acceptance;
+//! - `backfill_timings (records_table, day, synced_at, fetch_ms,
+//!   write_ms)`: how long each day's last successful apply took
+//!   ([`Timing`](backfill_core::Timing)), made by the first apply, in its
+//!   transaction. A timing counts only while its `synced_at` is the day's
+//!   in `backfill_days`: a day applied since by a release that does not
+//!   write timings reads as having none.
+//!
+//! Neither name can be a records table's either.
+//!
 //! # Upgrading from versions 1 and 2
 //!
 //! This release writes schema version 3: the records table's last column

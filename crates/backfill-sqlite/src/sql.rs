@@ -47,8 +47,32 @@ pub(crate) fn create_accepted() -> String {
     )
 }
 
+/// How long each day's last successful apply took, per records table
+/// ([`Timing`](backfill_core::Timing)), with the `synced_at` of the ledger
+/// row it belongs to: a row of [`DAYS`] written by an earlier release,
+/// which does not know this table, has no timing rather than another
+/// apply's. Made by the first apply, in its transaction, so a file that
+/// never had one keeps the tables of schema version 3 alone.
+pub(crate) const TIMINGS: &str = "backfill_timings";
+
+/// [`TIMINGS`], made when missing.
+pub(crate) fn create_timings() -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {TIMINGS} (
+    records_table TEXT NOT NULL,
+    day TEXT NOT NULL CHECK ({}),
+    synced_at TEXT NOT NULL CHECK ({}),
+    fetch_ms INTEGER NOT NULL CHECK (fetch_ms >= 0),
+    write_ms INTEGER NOT NULL CHECK (write_ms >= 0),
+    PRIMARY KEY (records_table, day)
+) STRICT, WITHOUT ROWID",
+        date_check("day"),
+        instant_check("synced_at")
+    )
+}
+
 /// Names a records table may not take: the metadata tables'.
-pub(crate) const RESERVED: [&str; 2] = [TABLES, DAYS];
+pub(crate) const RESERVED: [&str; 4] = [TABLES, DAYS, ACCEPTED, TIMINGS];
 
 /// The declared type of text columns.
 pub(crate) const TEXT: &str = "TEXT";
@@ -768,6 +792,12 @@ pub(crate) struct Statements {
     pub(crate) ledger_read: String,
     /// Day `?1`'s failure, its success kept.
     pub(crate) failed: String,
+    /// Day `?1`'s timing: `?2` its `synced_at`, `?3` and `?4` its fetch
+    /// and write in milliseconds ([`TIMINGS`]).
+    pub(crate) timing: String,
+    /// The timings of days `?1..=?2` that belong to their ledger rows, in
+    /// day order.
+    pub(crate) timings_read: String,
     /// The acceptances of days `?1..=?2` ([`ACCEPTED`]), in day order.
     pub(crate) accepted_read: String,
     /// Day `?1` accepted at `?2`.
@@ -900,6 +930,17 @@ VALUES ('{table}', ?1, ?2, ?3, ?4, ?5)
 ON CONFLICT (records_table, day) DO UPDATE SET
     failed_at = excluded.failed_at, failed_run_id = excluded.failed_run_id,
     attempts = excluded.attempts, error = excluded.error"#
+            ),
+            timing: format!(
+                r#"INSERT INTO {TIMINGS} (records_table, day, synced_at, fetch_ms, write_ms)
+VALUES ('{table}', ?1, ?2, ?3, ?4)
+ON CONFLICT (records_table, day) DO UPDATE SET synced_at = excluded.synced_at,
+    fetch_ms = excluded.fetch_ms, write_ms = excluded.write_ms"#
+            ),
+            timings_read: format!(
+                r#"SELECT t.day, t.fetch_ms, t.write_ms FROM {TIMINGS} t
+JOIN {DAYS} d ON d.records_table = t.records_table AND d.day = t.day AND d.synced_at = t.synced_at
+WHERE t.records_table = '{table}' AND t.day BETWEEN ?1 AND ?2 ORDER BY t.day"#
             ),
             accepted_read: format!(
                 r#"SELECT day, accepted_at FROM {ACCEPTED}

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use backfill_core::columns::Columns;
 use backfill_core::{
     Counts, DayFailure, DayWrite, Digest, Error, HistoryRow, LedgerEntry, Record, Result, RunId,
-    Store, SyncedDay, MAX_KEY_BYTES,
+    Store, SyncedDay, Timing, MAX_KEY_BYTES,
 };
 use chrono::{DateTime, NaiveDate, Utc};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -360,14 +360,39 @@ impl Store for SqliteStore {
                 rows.map(|row| row.map_err(backend)?.into_entry())
                     .collect::<Result<_>>()?
             };
-            let kept: bool = tx
-                .query_row(
+            let kept = |table: &str| -> Result<bool> {
+                tx.query_row(
                     "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1)",
-                    [sql::ACCEPTED],
+                    [table],
                     |row| row.get(0),
                 )
-                .map_err(backend)?;
-            if kept {
+                .map_err(backend)
+            };
+            if kept(sql::TIMINGS)? {
+                let mut stmt = tx.prepare_cached(&sql.timings_read).map_err(backend)?;
+                let rows = stmt
+                    .query_map([&first, &last], |row| {
+                        Ok((
+                            row.get::<_, String>(0)?,
+                            row.get::<_, i64>(1)?,
+                            row.get::<_, i64>(2)?,
+                        ))
+                    })
+                    .map_err(backend)?;
+                for row in rows {
+                    let (day, fetch, write) = row.map_err(backend)?;
+                    let Ok(day) = NaiveDate::parse_from_str(&day, DATE_FORMAT) else {
+                        continue;
+                    };
+                    // The join found the day's ledger row: it is an entry.
+                    if let Ok(i) = entries.binary_search_by_key(&day, |e| e.day) {
+                        if let Some(synced) = &mut entries[i].synced {
+                            synced.timing = Timing::from_millis(fetch, write);
+                        }
+                    }
+                }
+            }
+            if kept(sql::ACCEPTED)? {
                 let mut stmt = tx.prepare_cached(&sql.accepted_read).map_err(backend)?;
                 let rows = stmt
                     .query_map([&first, &last], |row| {

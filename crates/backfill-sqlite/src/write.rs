@@ -465,5 +465,22 @@ fn write_ledger(
             ])
         })
         .map_err(backend)?;
+    if let Some(timing) = synced.timing {
+        // A no-op once the table is there.
+        conn.prepare_cached(&crate::sql::create_timings())
+            .and_then(|mut stmt| stmt.execute([]))
+            .map_err(backend)?;
+        let (fetch, write) = timing.as_millis();
+        conn.prepare_cached(&sql.timing)
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    format_date(day),
+                    format_instant(synced.at),
+                    fetch,
+                    write
+                ])
+            })
+            .map_err(backend)?;
+    }
     Ok(())
 }

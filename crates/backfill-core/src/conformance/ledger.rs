@@ -516,3 +516,65 @@ pub async fn acceptance_outlives_reruns_and_failures(store: &dyn Store) {
         "{back:?}"
     );
 }
+
+/// How long a day's apply took ([`SyncedDay::timing`](crate::SyncedDay)),
+/// where the store keeps it: the last apply's, never more than the apply
+/// took, its fetch as the job timed it, kept through a failure, replaced by
+/// the next apply. A store that keeps no timing reads `None` throughout.
+pub async fn timing_is_the_last_applys(store: &dyn Store) {
+    use std::time::{Duration, Instant};
+    let d = day(590);
+    let k = |s: &str| format!("timing/{s}");
+    let options = WriteOptions::default();
+    // A first apply whose fetch began five seconds ago.
+    let before = Instant::now();
+    let records = vec![rec(&k("a"), d, "1", at(1))];
+    let write = crate::write::whole_day(d, records, options, stamp(60, "run-1"))
+        .unwrap()
+        .began(before - Duration::from_secs(5));
+    crate::write::write_day(store, write, options)
+        .await
+        .unwrap();
+    let took = before.elapsed() + Duration::from_secs(5);
+    let first = ledger_of(store, d).await.unwrap().synced.unwrap().timing;
+    let Some(first) = first else {
+        // Not kept: never, whatever happens next.
+        let records = vec![rec(&k("a"), d, "2", at(2))];
+        upsert_stamped(store, d, records, options, stamp(61, "run-2"))
+            .await
+            .unwrap();
+        assert_eq!(
+            ledger_of(store, d).await.unwrap().synced.unwrap().timing,
+            None
+        );
+        return;
+    };
+    assert!(first.fetch >= Duration::from_secs(5), "{first:?}");
+    // Kept in whole milliseconds: at most one more than what passed.
+    assert!(
+        first.total() <= took + Duration::from_millis(2),
+        "{first:?} of {took:?}"
+    );
+
+    let failure = DayFailure::new(at(70), Some(RunId::from("run-2")), 1, "503");
+    store.record_failure(d, &failure).await.unwrap();
+    let failed = ledger_of(store, d).await.unwrap();
+    assert_eq!(
+        failed.synced.unwrap().timing,
+        Some(first),
+        "kept through a failure"
+    );
+
+    let before = Instant::now();
+    let records = vec![rec(&k("a"), d, "3", at(3))];
+    upsert_stamped(store, d, records, options, stamp(80, "run-3"))
+        .await
+        .unwrap();
+    let took = before.elapsed();
+    let last = ledger_of(store, d).await.unwrap().synced.unwrap().timing;
+    let last = last.expect("a store that kept one timing keeps the next");
+    assert!(
+        last.total() <= took + Duration::from_millis(2),
+        "the last apply's: {last:?} of {took:?}"
+    );
+}

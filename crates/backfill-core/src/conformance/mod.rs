@@ -137,6 +137,7 @@ macro_rules! conformance_tests {
             purge_invalidates_a_day_that_held_another_days_tombstone,
             job_records_failures_and_dry_runs_write_nothing,
             acceptance_outlives_reruns_and_failures,
+            timing_is_the_last_applys,
             // stream.rs: streamed days
             streamed_day_equals_one_batch,
             unchanged_streams_are_skipped_by_digest,

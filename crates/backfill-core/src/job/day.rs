@@ -143,6 +143,7 @@ impl Job {
             // A listing is true as of the moment its fetch started, unless
             // the fetch says when its snapshot was taken.
             let started = self.clock.now();
+            let began = Instant::now();
             let (body, as_of) = fetch
                 .fetch(day)
                 .await
@@ -156,7 +157,7 @@ impl Job {
                         at: self.clock.now(),
                         run_id,
                     };
-                    let write = whole_day(day, records, options, stamp)?;
+                    let write = whole_day(day, records, options, stamp)?.began(began);
                     let flag = self.check(neighbours, day, write.fetched())?;
                     Ok((write_day(store, write, options).await?, flag))
                 }
@@ -168,7 +169,9 @@ impl Job {
                         at: clock.now(),
                         run_id,
                     };
-                    let write = streamed_day(day, chunks, options, stamp).await?;
+                    let write = streamed_day(day, chunks, options, stamp)
+                        .await?
+                        .began(began);
                     let flag = self.check(neighbours, day, write.fetched())?;
                     Ok((write_day(store, write, options).await?, flag))
                 }

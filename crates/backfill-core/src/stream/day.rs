@@ -4,6 +4,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::Instant;
 
 use chrono::{DateTime, NaiveDate, Utc};
 
@@ -12,7 +13,7 @@ use super::merge::Merge;
 use crate::counts::{Counts, Mode};
 use crate::error::{Error, Result};
 use crate::guard::ReplaceGuard;
-use crate::ledger::{Digest, DigestBuilder, SyncStamp, SyncedDay};
+use crate::ledger::{Digest, DigestBuilder, SyncStamp, SyncedDay, Timing};
 use crate::record::Record;
 
 /// One day's write, handed to [`Store::apply`](crate::Store::apply): what
@@ -51,6 +52,10 @@ pub struct DayWrite {
     fetched: u64,
     pages: Pages,
     tally: Arc<Tally>,
+    /// When the attempt began (its fetch), and when the day was ready to
+    /// write (its fetch over).
+    began: Instant,
+    ready: Instant,
 }
 
 /// Where the pages come from.
@@ -196,6 +201,7 @@ impl DayWrite {
             guard,
             stamp,
         } = header;
+        let now = Instant::now();
         Self {
             day,
             mode,
@@ -206,6 +212,26 @@ impl DayWrite {
             fetched,
             pages,
             tally: Arc::new(tally),
+            began: now,
+            ready: now,
+        }
+    }
+
+    /// The same write, its attempt begun at `began` (when its fetch
+    /// started): the fetch's share of its [`Timing`]. Without it, the
+    /// write is timed from when it was made.
+    pub(crate) fn began(mut self, began: Instant) -> Self {
+        self.began = began.min(self.ready);
+        self
+    }
+
+    /// How long the attempt has taken so far: its fetch, and its write up
+    /// to now. A store that writes its own ledger row (not through
+    /// [`DayWrite::synced`]) asks just before it.
+    pub fn timing(&self) -> Timing {
+        Timing {
+            fetch: self.ready - self.began,
+            write: self.ready.elapsed(),
         }
     }
 
@@ -444,8 +470,9 @@ impl DayWrite {
 
     /// The ledger row a successful apply writes for the day, in its own
     /// transaction, given what the apply did: synced now, by this run, no
-    /// failure (`listing_watermark` is left to the store, which raises it).
-    /// Ask after the last page.
+    /// failure (`listing_watermark` is left to the store, which raises it),
+    /// with its [`Timing`] so far. Ask after the last page, just before
+    /// writing the row.
     pub fn synced(&self, counts: Counts) -> SyncedDay {
         debug_assert!(
             self.is_done(),
@@ -462,5 +489,6 @@ impl DayWrite {
                 ..counts
             },
         )
+        .with_timing(Some(self.timing()))
     }
 }

@@ -319,3 +319,61 @@ async fn a_read_only_store_reads_its_ledger() {
         DayState::Synced
     );
 }
+
+/// A day's timing (`backfill_timings`, made on open by the owner) is kept
+/// by a store whose role may write it, and a role without rights on it
+/// opens, reads and writes without timings: the day it applies then reads
+/// as having none (its timing belonged to the owner's apply), never
+/// another apply's.
+#[tokio::test]
+async fn timings_are_kept_where_the_role_may_and_never_mislead() {
+    let Some(owner) = testkit::store().await else {
+        return;
+    };
+    upsert(&owner, day(0), records(2, "v"), WriteOptions::default())
+        .await
+        .unwrap();
+    let timing = |ledger: &[backfill_core::LedgerEntry]| ledger[0].synced.as_ref().unwrap().timing;
+    let kept = owner.ledger(day(0)..=day(0)).await.unwrap();
+    assert!(timing(&kept).is_some(), "{kept:?}");
+
+    let url = testkit::url().await.unwrap();
+    let admin = crate::admin(&url).await;
+    let role = testkit::unique_schema().replace("test_", "ledrw_");
+    let (schema, table) = (owner.schema(), owner.table());
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN PASSWORD '{role}'; \
+             GRANT USAGE ON SCHEMA {schema} TO {role}; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.{table}, {schema}.backfill_tables, \
+             {schema}.backfill_days TO {role};"
+        ))
+        .await
+        .unwrap();
+    let mut config: backfill_postgres::tokio_postgres::Config = url.parse().unwrap();
+    config.user(&role).password(&role);
+    let result = async {
+        let store = PostgresStore::builder()
+            .schema(schema)
+            .table(table)
+            .connect_with(config)
+            .await?;
+        upsert(&store, day(0), records(3, "w"), WriteOptions::default()).await?;
+        store.ledger(day(0)..=day(0)).await
+    }
+    .await;
+    admin
+        .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await
+        .unwrap();
+    let ledger = result.expect("a role without rights on the timings writes without them");
+    assert_eq!(ledger[0].synced.as_ref().unwrap().counts.inserted, 1);
+    assert_eq!(timing(&ledger), None);
+    assert_eq!(timing(&owner.ledger(day(0)..=day(0)).await.unwrap()), None);
+
+    // The owner's next apply has its timing again.
+    upsert(&owner, day(0), records(3, "x"), WriteOptions::default())
+        .await
+        .unwrap();
+    assert!(timing(&owner.ledger(day(0)..=day(0)).await.unwrap()).is_some());
+}

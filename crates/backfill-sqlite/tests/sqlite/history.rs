@@ -51,8 +51,8 @@ async fn a_rerun_writes_no_history() {
     put(&store, day("b", 20), listing(at(30))).await;
     assert_eq!(
         store.total_changes().await.unwrap() - before,
-        3,
-        "three ledger rows, nothing else"
+        6,
+        "three ledger rows and their timings, nothing else"
     );
     let before = store.total_changes().await.unwrap();
     put(
@@ -63,8 +63,8 @@ async fn a_rerun_writes_no_history() {
     .await;
     assert_eq!(
         store.total_changes().await.unwrap() - before,
-        2,
-        "the stale version in history, and the ledger row"
+        3,
+        "the stale version in history, the ledger row and its timing"
     );
     assert_eq!(store.history().await.unwrap().len(), 101);
 }

@@ -651,3 +651,59 @@ async fn ledger_columns_of_another_shape_are_refused() {
         assert_days_refused(from, to, words).await;
     }
 }
+
+/// A day's timing lives in `backfill_timings`, beside its ledger row, and
+/// counts only while it belongs to that row: once a writer that does not
+/// keep timings (an earlier release) has applied the day again, changing
+/// its `synced_at`, the day reads as having none rather than another
+/// apply's. The table is made by the first apply; a file without it reads
+/// as before.
+#[tokio::test]
+async fn a_timing_counts_only_for_the_ledger_row_it_belongs_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = file_store(&dir, "orders").await;
+    let exists = |path: &Path| -> bool {
+        raw(path)
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE name = 'backfill_timings'",
+                [],
+                |row| row.get::<_, i64>(0),
+            )
+            .unwrap()
+            == 1
+    };
+    assert!(!exists(&path), "made by the first apply, not on open");
+    assert_eq!(store.ledger(jan(1)..=jan(2)).await.unwrap().len(), 0);
+    for d in [jan(1), jan(2)] {
+        upsert(
+            &store,
+            d,
+            vec![rec(&format!("k{d}"), d, "v", at(1))],
+            WriteOptions::default(),
+        )
+        .await
+        .unwrap();
+    }
+    assert!(exists(&path));
+    let timing = |entries: &[backfill_core::LedgerEntry], i: usize| {
+        entries[i].synced.as_ref().unwrap().timing
+    };
+    let ledger = store.ledger(jan(1)..=jan(2)).await.unwrap();
+    assert!(timing(&ledger, 0).is_some() && timing(&ledger, 1).is_some());
+
+    // Another writer applies 2 January without a timing.
+    raw(&path)
+        .execute(
+            "UPDATE backfill_days SET synced_at = '2026-06-01T00:00:00.000000Z' \
+             WHERE records_table = 'orders' AND day = '2026-01-02'",
+            [],
+        )
+        .unwrap();
+    let ledger = store.ledger(jan(1)..=jan(2)).await.unwrap();
+    assert!(timing(&ledger, 0).is_some(), "1 January's is still its own");
+    assert_eq!(
+        timing(&ledger, 1),
+        None,
+        "2 January's belongs to no apply now"
+    );
+}

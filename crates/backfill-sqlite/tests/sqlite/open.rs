@@ -92,11 +92,16 @@ async fn reruns_and_stale_redeliveries_change_no_row() {
     upsert(&store, day(0), batch("new", 10), WriteOptions::default())
         .await
         .unwrap();
-    // v3: every apply writes exactly one more row, its day's ledger row
-    // (one upsert of one row of `backfill_days`), so what is counted past
-    // that, one per apply, is rows of the records table.
+    // v3: every apply writes exactly two more rows, its day's ledger row
+    // (one upsert of one row of `backfill_days`) and its timing (one of
+    // `backfill_timings`), so what is counted past those, two per apply,
+    // is rows of the records table.
     let after_first = store.total_changes().await.unwrap();
-    assert_eq!(after_first, 1000 + 1, "the rows and the day's ledger row");
+    assert_eq!(
+        after_first,
+        1000 + 2,
+        "the rows, the day's ledger row and its timing"
+    );
     upsert(&store, day(0), batch("new", 10), WriteOptions::default())
         .await
         .unwrap();
@@ -105,8 +110,8 @@ async fn reruns_and_stale_redeliveries_change_no_row() {
         .unwrap();
     assert_eq!(
         store.total_changes().await.unwrap(),
-        after_first + 2,
-        "a re-run writes its ledger row and no record"
+        after_first + 4,
+        "a re-run writes its ledger row and its timing, and no record"
     );
     // A listing as of a fixed instant (the default would be "now", and
     // raise the day's watermark on every call).
@@ -121,8 +126,8 @@ async fn reruns_and_stale_redeliveries_change_no_row() {
     // day's ledger row (one row of `backfill_days`); no record is written.
     assert_eq!(
         store.total_changes().await.unwrap(),
-        after_first + 3,
-        "nothing but the day's ledger row (with its watermark) may be written"
+        after_first + 6,
+        "nothing but the day's ledger row (with its watermark) and its timing may be written"
     );
     let c = upsert(&store, day(0), batch("new", 10), replace)
         .await
@@ -130,8 +135,8 @@ async fn reruns_and_stale_redeliveries_change_no_row() {
     assert_eq!(c.written(), 0);
     assert_eq!(
         store.total_changes().await.unwrap(),
-        after_first + 4,
-        "a re-applied listing writes its ledger row and nothing else"
+        after_first + 8,
+        "a re-applied listing writes its ledger row, its timing and nothing else"
     );
     // Replacing with 10% of the keys gone changes exactly those rows (into
     // tombstones; the watermark is already as high).
@@ -140,7 +145,7 @@ async fn reruns_and_stale_redeliveries_change_no_row() {
         .unwrap();
     assert_eq!(c.deleted, 100);
     assert_eq!(c.unlisted, 100);
-    assert_eq!(store.total_changes().await.unwrap(), after_first + 5 + 100);
+    assert_eq!(store.total_changes().await.unwrap(), after_first + 10 + 100);
     assert_eq!(store.rows().await.unwrap().len(), 900);
     assert_eq!(store.rows_with_tombstones().await.unwrap().len(), 1000);
     // And again: nothing.
@@ -148,7 +153,7 @@ async fn reruns_and_stale_redeliveries_change_no_row() {
         .await
         .unwrap();
     assert_eq!((c.written(), c.unchanged), (0, 900));
-    assert_eq!(store.total_changes().await.unwrap(), after_first + 6 + 100);
+    assert_eq!(store.total_changes().await.unwrap(), after_first + 12 + 100);
 }
 
 /// Whether `table` has an index whose first column is `event_date`.

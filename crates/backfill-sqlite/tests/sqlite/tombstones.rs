@@ -125,8 +125,8 @@ async fn a_tombstone_re_applied_writes_nothing() {
         .unwrap();
         assert_eq!((c.stale, c.written()), (1, 0));
     }
-    // Six applies: six ledger rows written, no record.
-    assert_eq!(store.total_changes().await.unwrap(), before + 6);
+    // Six applies: six ledger rows and their timings written, no record.
+    assert_eq!(store.total_changes().await.unwrap(), before + 12);
 }
 
 #[tokio::test]
@@ -144,8 +144,9 @@ async fn a_listing_re_applied_writes_nothing_and_an_older_one_neither() {
         .await
         .unwrap();
     assert_eq!((c.deleted, c.unlisted, c.unchanged), (2, 2, 8));
-    // Two tombstones and the day's ledger row, with its watermark.
-    assert_eq!(store.total_changes().await.unwrap(), before + 3);
+    // Two tombstones and the day's ledger row, with its watermark, and its
+    // timing.
+    assert_eq!(store.total_changes().await.unwrap(), before + 4);
     assert_eq!(
         watermark(&path, 1).as_deref(),
         Some("2026-01-01T00:01:40.000000Z")
@@ -163,8 +164,9 @@ async fn a_listing_re_applied_writes_nothing_and_an_older_one_neither() {
         .await
         .unwrap();
     assert_eq!(c.deleted, 2, "k5 and k6 (at 5 and 6 s), not k7 (at 7 s)");
-    // Two tombstones and three ledger rows (the re-applies wrote no record).
-    assert_eq!(store.total_changes().await.unwrap(), after + 2 + 3);
+    // Two tombstones and three ledger rows and timings (the re-applies
+    // wrote no record).
+    assert_eq!(store.total_changes().await.unwrap(), after + 2 + 3 * 2);
     assert_eq!(
         watermark(&path, 1).as_deref(),
         Some("2026-01-01T00:01:40.000000Z"),
@@ -208,8 +210,8 @@ async fn a_version_under_the_watermark_is_written_as_its_own_tombstone() {
     .await
     .unwrap();
     assert_eq!((c.stale, c.written()), (1, 0));
-    // Its ledger row, no record.
-    assert_eq!(store.total_changes().await.unwrap(), before + 1);
+    // Its ledger row and its timing, no record.
+    assert_eq!(store.total_changes().await.unwrap(), before + 2);
 }
 
 #[tokio::test]
