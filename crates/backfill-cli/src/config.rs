@@ -235,7 +235,7 @@ mod tests {
     /// command line's.
     #[test]
     fn the_readme_settings_table_is_the_librarys() {
-        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"));
+        let readme = include_str!("../../../docs/guide/cli.md");
         let command = crate::args::Cli::command();
         let backfill = command.find_subcommand("backfill").unwrap();
         let defaults = Settings::defaults();

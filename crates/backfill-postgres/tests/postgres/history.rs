@@ -379,7 +379,7 @@ async fn history_objects_of_another_shape_are_refused() {
     assert!(message.contains("too long"), "{message}");
 }
 
-/// The queries the README gives an analyst, run with their own
+/// The queries the guide's History chapter gives an analyst, run with their own
 /// connection against the view: the rows as of an instant, and what
 /// changed between two instants.
 #[tokio::test]
