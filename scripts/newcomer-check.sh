@@ -72,8 +72,10 @@ CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}" cargo run --quiet
 echo "newcomer check: the README's first snippet builds and runs with its install lines"
 
 # The README's Python example, in a fresh virtual environment holding only
-# the wheel built from this repository (the dev profile, from the same
-# target directory), run from an empty directory.
+# the package as the guide installs it, `pip install ./crates/backfill-python`
+# (maturin, the package's build backend, fetched by pip; the dev profile
+# from the same target directory instead of the release build a user's pip
+# makes, for time), run from an empty directory.
 python_example=$(awk '
     /^## From Python/ { in_section = 1; next }
     in_section && /^## / { exit }
@@ -82,17 +84,13 @@ python_example=$(awk '
     in_block { print }
 ' "$readme")
 [[ -n "$python_example" ]] || { echo "no \`\`\`python block under ## From Python in README.md" >&2; exit 1; }
-tools="${BACKFILL_VENV:-$repo/target/python-venv}"
-[[ -x "$tools/bin/python" ]] || "${PYTHON:-python3}" -m venv "$tools"
-"$tools/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2"
-mkdir "$dir/wheels" "$dir/py"
-(
-    cd "$repo/crates/backfill-python"
-    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}" \
-        "$tools/bin/maturin" build --quiet --out "$dir/wheels"
-)
+mkdir "$dir/py"
 "${PYTHON:-python3}" -m venv "$dir/venv"
-"$dir/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$dir"/wheels/*.whl
+(
+    cd "$repo"
+    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}" MATURIN_PEP517_ARGS="--profile dev" \
+        "$dir/venv/bin/python" -m pip install --quiet --disable-pip-version-check ./crates/backfill-python
+)
 printf '%s\n' "$python_example" > "$dir/py/example.py"
 (cd "$dir/py" && "$dir/venv/bin/python" example.py > output.txt)
 grep -q "31 of 31 days synced, rows written: 62" "$dir/py/output.txt" || {
@@ -100,4 +98,4 @@ grep -q "31 of 31 days synced, rows written: 62" "$dir/py/output.txt" || {
     echo "the README's Python example did not sync its 31 days" >&2
     exit 1
 }
-echo "newcomer check: the README's Python example runs from the wheel in a fresh virtual environment"
+echo "newcomer check: the README's Python example runs after pip install ./crates/backfill-python in a fresh virtual environment"
