@@ -6,6 +6,9 @@
 //! holds the first error) or ABORT (stopped by Ctrl-C with no failed day).
 //! A store that cannot be opened emits FAIL alone. A dry run emits nothing.
 //!
+//! The events are the library's ([`backfill_core::lineage`]), as a Rust or
+//! Python program's job sends them, with this command as their producer:
+//!
 //! - the job: namespace `--openlineage-namespace` (`backfill`), name
 //!   `--openlineage-job`, else the fetch ([`job_name`]);
 //! - the run: its id is the run's own (a UUIDv7), or for a `--run-id` that
@@ -14,7 +17,7 @@
 //! - the output: the table, named as OpenLineage's naming conventions say
 //!   ([`dataset`]), with `outputStatistics.rowCount` the rows written;
 //! - the `backfill` run facet (`openlineage/BackfillRunFacet.json` beside
-//!   this crate's manifest is its schema): the days and the report's
+//!   `backfill-core`'s manifest is its schema): the days and the report's
 //!   counts, the same numbers as `--json` prints.
 //!
 //! Lineage is observability beside the run, never a reason for it to fail:
@@ -26,22 +29,14 @@ use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use backfill_core::{Mode, RunId, RunReport};
-use chrono::{NaiveDate, SecondsFormat, Utc};
-use serde_json::{json, Value};
+use backfill_core::lineage::{self as events, Dataset, OpenLineage};
+use backfill_core::RunId;
+use backfill_core::RunReport;
+use chrono::NaiveDate;
+use serde_json::Value;
 
 use crate::args::{FetchArgs, RunArgs, StoreArgs};
 use crate::store::{self, StoreUrl};
-
-/// The spec the events follow: its `RunEvent` is their `schemaURL`.
-const SPEC: &str = "https://openlineage.io/spec/2-0-2/OpenLineage.json";
-/// The standard facets' schemas, at the versions of the spec above.
-const ERROR_MESSAGE: &str =
-    "https://openlineage.io/spec/facets/1-0-1/ErrorMessageRunFacet.json#/$defs/ErrorMessageRunFacet";
-const OUTPUT_STATISTICS: &str = "https://openlineage.io/spec/facets/1-0-2/OutputStatisticsOutputDatasetFacet.json#/$defs/OutputStatisticsOutputDatasetFacet";
-const JOB_TYPE: &str =
-    "https://openlineage.io/spec/facets/2-0-4/JobTypeJobFacet.json#/$defs/JobTypeJobFacet";
-const PROCESSING_ENGINE: &str = "https://openlineage.io/spec/facets/1-1-1/ProcessingEngineRunFacet.json#/$defs/ProcessingEngineRunFacet";
 
 /// Where Marquez takes events when `--openlineage-url` has no path.
 const MARQUEZ_PATH: &str = "/api/v1/lineage";
@@ -58,14 +53,6 @@ fn producer() -> String {
     )
 }
 
-/// The schema of the `backfill` run facet, beside the producer.
-fn facet_schema() -> String {
-    format!(
-        "{}/openlineage/BackfillRunFacet.json#/$defs/BackfillRunFacet",
-        producer()
-    )
-}
-
 /// Where the events go.
 #[derive(Debug, Clone)]
 pub(crate) struct Sinks {
@@ -74,19 +61,14 @@ pub(crate) struct Sinks {
     api_key: Option<String>,
 }
 
-/// A run's events, each built when it happens.
+/// A run's events, each built when it happens, by the library's
+/// [`OpenLineage`].
 #[derive(Debug)]
 pub(crate) struct Lineage {
     sinks: Sinks,
     run_id: RunId,
-    job_namespace: String,
-    job_name: String,
-    dataset: (String, String),
     days: RangeInclusive<NaiveDate>,
-    mode: Mode,
-    /// Texts that must never leave in an event: the store's password, the
-    /// API key, the fetch command's and the environment's secrets.
-    secrets: Vec<String>,
+    events: OpenLineage,
 }
 
 /// How a run ended, for its last event.
@@ -110,13 +92,18 @@ impl Lineage {
         if args.openlineage_url.is_none() && args.openlineage_file.is_none() || args.dry_run {
             return None;
         }
+        // Texts that must never leave in an event: the store's password,
+        // the API key, the fetch command's and the environment's secrets.
         let mut secrets: Vec<String> = store::password(&args.store.store).into_iter().collect();
         secrets.extend(args.openlineage_api_key.clone());
         if let Some(command) = &args.fetch.fetch_cmd {
             secrets.extend(assigned_values(command));
         }
         secrets.extend(environment_secrets(std::env::vars()));
-        secrets.retain(|s| !s.is_empty());
+        let job_name = args
+            .openlineage_job
+            .clone()
+            .unwrap_or_else(|| job_name(&args.fetch));
         Some(Self {
             sinks: Sinks {
                 url: args.openlineage_url.clone(),
@@ -124,15 +111,12 @@ impl Lineage {
                 api_key: args.openlineage_api_key.clone(),
             },
             run_id: run_id.clone(),
-            job_namespace: args.openlineage_namespace.clone(),
-            job_name: args
-                .openlineage_job
-                .clone()
-                .unwrap_or_else(|| job_name(&args.fetch)),
-            dataset: dataset(&args.store),
             days: days.clone(),
-            mode: args.mode,
-            secrets,
+            events: OpenLineage::new(job_name, dataset(&args.store))
+                .namespace(args.openlineage_namespace.clone())
+                .mode(args.mode)
+                .producer(producer())
+                .secrets(secrets),
         })
     }
 
@@ -143,155 +127,16 @@ impl Lineage {
 
     /// The START event.
     pub(crate) fn start(&self) -> Value {
-        self.event("START", self.backfill_facet(None), None, None)
+        self.events.start(&self.run_id, &self.days)
     }
 
     /// The run's last event: COMPLETE, FAIL or ABORT.
     pub(crate) fn end(&self, ending: &Ending<'_>) -> Value {
-        match ending {
-            Ending::CannotRun(why) => {
-                self.event("FAIL", self.backfill_facet(None), Some(why), None)
-            }
-            Ending::Ran(report, cannot_run) => {
-                let first_failure = report
-                    .failed
-                    .first()
-                    .map(|failed| format!("{}: {}", failed.day, failed.error));
-                let error = cannot_run.clone().or(first_failure);
-                let state = match &error {
-                    Some(_) => "FAIL",
-                    None if report.stopped => "ABORT",
-                    None => "COMPLETE",
-                };
-                let written = report.totals().written();
-                self.event(
-                    state,
-                    self.backfill_facet(Some(report)),
-                    error.as_deref(),
-                    Some(written),
-                )
-            }
-        }
-    }
-
-    fn event(
-        &self,
-        state: &str,
-        backfill: Value,
-        error: Option<&str>,
-        written: Option<u64>,
-    ) -> Value {
-        let producer = producer();
-        let mut run_facets = json!({
-            "backfill": backfill,
-            "processing_engine": {
-                "_producer": producer,
-                "_schemaURL": PROCESSING_ENGINE,
-                "name": "backfill",
-                "version": env!("CARGO_PKG_VERSION"),
-            },
-        });
-        if let Some(error) = error {
-            run_facets["errorMessage"] = json!({
-                "_producer": producer,
-                "_schemaURL": ERROR_MESSAGE,
-                "message": self.scrub(error),
-                "programmingLanguage": "RUST",
-            });
-        }
-        let (namespace, name) = &self.dataset;
-        let mut output = json!({
-            "namespace": namespace,
-            "name": name,
-            "facets": {},
-            "outputFacets": {},
-        });
-        if let Some(rows) = written {
-            output["outputFacets"] = json!({
-                "outputStatistics": {
-                    "_producer": producer,
-                    "_schemaURL": OUTPUT_STATISTICS,
-                    "rowCount": rows,
-                },
-            });
-        }
-        json!({
-            "eventType": state,
-            "eventTime": Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true),
-            "producer": producer,
-            "schemaURL": format!("{SPEC}#/$defs/RunEvent"),
-            "run": { "runId": lineage_run_id(&self.run_id), "facets": run_facets },
-            "job": {
-                "namespace": self.job_namespace,
-                "name": self.scrub(&self.job_name),
-                "facets": {
-                    "jobType": {
-                        "_producer": producer,
-                        "_schemaURL": JOB_TYPE,
-                        "processingType": "BATCH",
-                        "integration": "BACKFILL",
-                        "jobType": "JOB",
-                    },
-                },
-            },
-            "inputs": [],
-            "outputs": [output],
-        })
-    }
-
-    /// The `backfill` run facet: the run's days, and once it ran, what
-    /// happened to them and the report's counts.
-    fn backfill_facet(&self, report: Option<&RunReport>) -> Value {
-        let mut facet = json!({
-            "_producer": producer(),
-            "_schemaURL": facet_schema(),
-            "runId": self.run_id.as_str(),
-            "firstDay": self.days.start().to_string(),
-            "lastDay": self.days.end().to_string(),
-            "mode": self.mode.as_str(),
-        });
-        let Some(report) = report else {
-            return facet;
+        let ending = match ending {
+            Ending::Ran(report, cannot_run) => events::Ending::Ran(report, cannot_run.as_deref()),
+            Ending::CannotRun(why) => events::Ending::CannotRun(why),
         };
-        let unchanged = report.days.iter().filter(|d| d.counts.skipped > 0).count();
-        facet["days"] = json!({
-            "planned": report.planned.len(),
-            "synced": report.days.len() - unchanged,
-            "skippedUnchanged": unchanged,
-            "failed": report.failed.len(),
-            "notStarted": report.skipped.len(),
-            "notSelected": report.not_selected.len(),
-        });
-        facet["failedDays"] = report
-            .failed
-            .iter()
-            .map(|failed| failed.day.to_string())
-            .collect();
-        facet["counts"] = serde_json::to_value(report.totals()).unwrap_or_default();
-        facet["stopped"] = report.stopped.into();
-        facet["elapsedMs"] = json!(report.elapsed.as_secs_f64() * 1000.0);
-        facet
-    }
-
-    /// `text` with every secret replaced by `***`.
-    fn scrub(&self, text: &str) -> String {
-        let mut text = text.to_owned();
-        for secret in &self.secrets {
-            text = text.replace(secret.as_str(), "***");
-        }
-        text
-    }
-}
-
-/// The run id as OpenLineage wants it, a UUID: the run's own, or one
-/// derived from an id that is not one (a `--run-id` an orchestrator chose),
-/// the same for the same id.
-fn lineage_run_id(run_id: &RunId) -> String {
-    match uuid::Uuid::parse_str(run_id.as_str()) {
-        Ok(id) => id.hyphenated().to_string(),
-        Err(_) => uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, run_id.as_str().as_bytes())
-            .hyphenated()
-            .to_string(),
+        self.events.end(&self.run_id, &self.days, ending)
     }
 }
 
@@ -367,94 +212,16 @@ fn environment_secrets(vars: impl Iterator<Item = (String, String)>) -> Vec<Stri
     .collect()
 }
 
-/// The table as an OpenLineage dataset `(namespace, name)`, by its naming
-/// conventions, never with credentials:
-///
-/// - Postgres: `postgres://HOST:PORT` (5432 by default),
-///   `DATABASE.SCHEMA.TABLE`;
-/// - SQLite (which the conventions do not name): `sqlite://` and the
-///   database file's absolute path, the table;
-/// - a Delta table: a local directory is `file` and its absolute path; on
-///   S3, `s3://BUCKET` and the table's key prefix.
-pub(crate) fn dataset(args: &StoreArgs) -> (String, String) {
+/// The table as an OpenLineage dataset, by its naming conventions (the
+/// library's [`Dataset`]), never with credentials: a store URL that does
+/// not parse (the run then fails to open it) is named as it is labelled.
+pub(crate) fn dataset(args: &StoreArgs) -> Dataset {
     match StoreUrl::parse(&args.store) {
-        Ok(StoreUrl::Postgres(url)) => {
-            let (host, port, database) = postgres_parts(&url);
-            (
-                format!("postgres://{host}:{port}"),
-                format!("{database}.{}.{}", args.schema, args.table),
-            )
-        }
-        Ok(StoreUrl::Sqlite(path)) => (
-            format!("sqlite://{}", absolute(&path).display()),
-            args.table.clone(),
-        ),
-        Ok(StoreUrl::Delta(location)) => delta_parts(&location),
-        Err(_) => ("backfill".to_owned(), store::table_label(args)),
+        Ok(StoreUrl::Postgres(url)) => Dataset::postgres(&url, &args.schema, &args.table),
+        Ok(StoreUrl::Sqlite(path)) => Dataset::sqlite(&path, &args.table),
+        Ok(StoreUrl::Delta(location)) => Dataset::delta(&location),
+        Err(_) => Dataset::new("backfill", store::table_label(args)),
     }
-}
-
-/// The host, port and database of a Postgres URL, as libpq defaults them.
-fn postgres_parts(url: &str) -> (String, String, String) {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let param = |name: &str| {
-        query
-            .split('&')
-            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
-            .filter(|value| !value.is_empty())
-    };
-    let (authority, path) = before_query.split_once('/').unwrap_or((before_query, ""));
-    let (user, hosts) = match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => (userinfo.split(':').next(), hosts),
-        None => (None, authority),
-    };
-    // The first of several hosts; an IPv6 address keeps its brackets.
-    let first = hosts.split(',').next().unwrap_or_default();
-    let (host, port) = match first.rfind(':').filter(|&i| !first[i..].contains(']')) {
-        Some(i) => (&first[..i], &first[i + 1..]),
-        None => (first, ""),
-    };
-    let host = Some(host)
-        .filter(|h| !h.is_empty())
-        .or_else(|| param("host").filter(|h| !h.starts_with('/')))
-        .unwrap_or("localhost");
-    let port = Some(port)
-        .filter(|p| !p.is_empty())
-        .or_else(|| param("port"))
-        .unwrap_or("5432");
-    let database = Some(path)
-        .filter(|p| !p.is_empty())
-        .or_else(|| param("dbname"))
-        .or(user.filter(|u| !u.is_empty()))
-        .unwrap_or("postgres");
-    (host.to_owned(), port.to_owned(), database.to_owned())
-}
-
-/// A Delta table's location as a dataset.
-fn delta_parts(location: &str) -> (String, String) {
-    let location = location.split('?').next().unwrap_or_default();
-    match location.split_once("://") {
-        Some(("s3" | "s3a", rest)) => {
-            let (authority, key) = rest.split_once('/').unwrap_or((rest, ""));
-            let bucket = authority.rsplit('@').next().unwrap_or(authority);
-            (format!("s3://{bucket}"), key.trim_matches('/').to_owned())
-        }
-        Some((_, path)) => (
-            "file".to_owned(),
-            absolute(Path::new(path)).display().to_string(),
-        ),
-        None => (
-            "file".to_owned(),
-            absolute(Path::new(location)).display().to_string(),
-        ),
-    }
-}
-
-/// `path` from the root, so that the same file has one name wherever the
-/// command ran.
-fn absolute(path: &Path) -> PathBuf {
-    std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
 }
 
 /// Sends `event` to every sink: an error is a warning on stderr, never a
@@ -536,51 +303,23 @@ mod tests {
     }
 
     #[test]
-    fn datasets_are_named_as_openlineage_says_without_credentials() {
+    fn the_store_url_names_the_dataset() {
         let named = |url: &str| dataset(&store(url));
-        let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned());
         assert_eq!(
             named("postgres://app:hunter2@db.example:6432/shop?sslmode=require"),
-            pair("postgres://db.example:6432", "shop.sales.orders")
-        );
-        assert_eq!(
-            named("postgresql://app@db.example/shop?password=hunter2"),
-            pair("postgres://db.example:5432", "shop.sales.orders")
-        );
-        assert_eq!(
-            named("postgres://app:pw@[::1]:5433"),
-            pair("postgres://[::1]:5433", "app.sales.orders")
-        );
-        assert_eq!(
-            named("postgres:///shop?host=/var/run/postgresql"),
-            pair("postgres://localhost:5432", "shop.sales.orders")
-        );
-        assert_eq!(
-            named("postgres://h1:5432,h2:5433/shop"),
-            pair("postgres://h1:5432", "shop.sales.orders")
+            Dataset::new("postgres://db.example:6432", "shop.sales.orders")
         );
         assert_eq!(
             named("sqlite:///srv/data/x.db"),
-            pair("sqlite:///srv/data/x.db", "orders")
-        );
-        let relative = named("sqlite://x.db");
-        assert!(relative.0.starts_with("sqlite:///"), "{relative:?}");
-        assert!(relative.0.ends_with("/x.db"), "{relative:?}");
-        assert_eq!(
-            named("delta:///srv/lake/orders"),
-            pair("file", "/srv/lake/orders")
-        );
-        assert_eq!(
-            named("delta+file:///srv/lake/orders"),
-            pair("file", "/srv/lake/orders")
-        );
-        assert_eq!(
-            named("delta+s3://lake/sales/orders/"),
-            pair("s3://lake", "sales/orders")
+            Dataset::new("sqlite:///srv/data/x.db", "orders")
         );
         assert_eq!(
             named("delta+s3a://AKIA:secret@lake/sales/orders?region=x"),
-            pair("s3://lake", "sales/orders")
+            Dataset::new("s3://lake", "sales/orders")
+        );
+        assert_eq!(
+            named("delta:///srv/lake/orders"),
+            Dataset::new("file", "/srv/lake/orders")
         );
     }
 
@@ -636,16 +375,5 @@ mod tests {
             target("https://lineage.example/events"),
             "https://lineage.example/events"
         );
-    }
-
-    #[test]
-    fn a_run_id_that_is_not_a_uuid_gets_one_of_its_own() {
-        let own = RunId::new();
-        assert_eq!(lineage_run_id(&own), own.as_str());
-        let chosen = RunId::from("airflow-run-2026-01-02");
-        let derived = lineage_run_id(&chosen);
-        assert!(uuid::Uuid::parse_str(&derived).is_ok(), "{derived}");
-        assert_eq!(derived, lineage_run_id(&chosen));
-        assert_ne!(derived, lineage_run_id(&RunId::from("another")));
     }
 }

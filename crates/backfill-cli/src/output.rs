@@ -62,7 +62,7 @@ impl Output {
     /// Takes one of the job's events.
     pub(crate) fn event(&self, event: &Event<'_>) {
         match event {
-            Event::RunStarted { run_id, days } => {
+            Event::RunStarted { run_id, days, .. } => {
                 if let Some(bar) = &self.bar {
                     bar.set_length(days.len() as u64);
                     bar.set_draw_target(ProgressDrawTarget::stderr());

@@ -375,22 +375,7 @@ fn read_pem(file: &Path) -> Result<Vec<u8>, Failure> {
 /// The password of a `scheme://user:password@host` URL or of a
 /// `password=` parameter, if any.
 pub(crate) fn password(url: &str) -> Option<String> {
-    if let Some((_, rest)) = url.split_once("://") {
-        let authority = rest.split(['/', '?']).next().unwrap_or_default();
-        if let Some((userinfo, _)) = authority.rsplit_once('@') {
-            if let Some((_, password)) = userinfo.split_once(':') {
-                if !password.is_empty() {
-                    return Some(password.to_owned());
-                }
-            }
-        }
-    }
-    let query = url.split_once('?').map(|(_, q)| q)?;
-    query
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("password="))
-        .filter(|p| !p.is_empty())
-        .map(str::to_owned)
+    backfill_core::lineage::url_password(url)
 }
 
 /// The URL with any password replaced by `***`, for messages.

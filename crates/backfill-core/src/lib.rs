@@ -67,6 +67,9 @@ pub mod history;
 mod job;
 pub mod json;
 mod ledger;
+#[cfg(feature = "openlineage")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openlineage")))]
+pub mod lineage;
 mod memory;
 mod record;
 pub mod settings;

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use backfill_core::lineage::OpenLineage;
 use backfill_core::{Event, StopHandle};
 use chrono::NaiveDate;
 use pyo3::prelude::*;
@@ -17,16 +18,36 @@ use crate::report::{PyDayReport, PyRunReport};
 /// stop, never an error to log: see [`interrupted`].
 pub(crate) fn observer(
     callback: Option<Arc<Py<PyAny>>>,
+    lineage: Option<(OpenLineage, Arc<Py<PyAny>>)>,
     stop: StopHandle,
 ) -> impl Fn(&Event<'_>) + Send + Sync + 'static {
+    let lineage = lineage.map(|(events, sink)| {
+        let stop = stop.clone();
+        events.observer(move |event| send(&sink, &event, &stop))
+    });
     move |event| {
         log_event(event, &stop);
+        if let Some(lineage) = &lineage {
+            lineage(event);
+        }
         if let Some(callback) = &callback {
             if let Some(event) = PyEvent::from_event(event) {
                 call(callback, event, &stop);
             }
         }
     }
+}
+
+/// Hands a lineage event to the job's `OpenLineage` sink, which sends it
+/// and warns if it cannot; an exception it raises all the same is logged
+/// like `on_event`'s.
+pub(crate) fn send(sink: &Py<PyAny>, event: &serde_json::Value, stop: &StopHandle) {
+    let last = event["eventType"] != "START";
+    Python::attach(|py| {
+        if let Err(e) = sink.call_method1(py, "_emit", (event.to_string(), last)) {
+            log_error(py, "the lineage sink raised", &e, stop);
+        }
+    });
 }
 
 /// Whether `e` is a `KeyboardInterrupt`; if so the run is stopped (no new
@@ -54,23 +75,27 @@ fn call(callback: &Py<PyAny>, event: PyEvent, stop: &StopHandle) {
     Python::attach(|py| {
         let called = Py::new(py, event).and_then(|event| callback.call1(py, (event,)));
         if let Err(e) = called {
-            if interrupted(py, &e, stop) {
-                return;
-            }
-            let text = crate::fetch::traceback_text(py, &e);
-            let logged = py
-                .import("logging")
-                .and_then(|logging| logging.call_method1("getLogger", ("backfill",)))
-                .and_then(|logger| {
-                    logger.call_method1("error", (format!("on_event raised: {text}"),))
-                });
-            if let Err(e) = logged {
-                if !interrupted(py, &e, stop) {
-                    e.print(py);
-                }
-            }
+            log_error(py, "on_event raised", &e, stop);
         }
     });
+}
+
+/// Logs `e`, raised by a callback, with its traceback (logger `backfill`,
+/// ERROR), unless it is a Ctrl-C: that stops the run.
+fn log_error(py: Python<'_>, what: &str, e: &PyErr, stop: &StopHandle) {
+    if interrupted(py, e, stop) {
+        return;
+    }
+    let text = crate::fetch::traceback_text(py, e);
+    let logged = py
+        .import("logging")
+        .and_then(|logging| logging.call_method1("getLogger", ("backfill",)))
+        .and_then(|logger| logger.call_method1("error", (format!("{what}: {text}"),)));
+    if let Err(e) = logged {
+        if !interrupted(py, &e, stop) {
+            e.print(py);
+        }
+    }
 }
 
 /// One event of a run, handed to a job's `on_event` callback. `kind` is
@@ -120,7 +145,7 @@ impl PyEvent {
     /// not know yet).
     fn from_event(event: &Event<'_>) -> Option<Self> {
         Some(match event {
-            Event::RunStarted { run_id, days } => Self {
+            Event::RunStarted { run_id, days, .. } => Self {
                 run_id: Some(run_id.as_str().to_owned()),
                 days: Some(days.to_vec()),
                 ..Self::new("run_started")

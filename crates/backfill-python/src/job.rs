@@ -2,29 +2,32 @@
 //! `backfill`, `sync_one_day` and `sync_with_lookback`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use backfill_core::lineage::{Ending, OpenLineage};
 use backfill_core::settings::Settings;
-use backfill_core::{CheckAction, Job, Mode, Select, StopHandle};
+use backfill_core::{CheckAction, FailedDay, Job, Mode, RunId, RunReport, Select, StopHandle};
 use chrono::NaiveDate;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::config::profile_settings;
 use crate::errors::to_py;
-use crate::events::observer;
+use crate::events::{observer, send};
 use crate::fetch::PyFetch;
 use crate::record::to_date;
 use crate::report::{PyDayReport, PyRunReport, PyStatus};
 use crate::runtime::{block, finish_run, run_detached};
-use crate::stores::store_of;
+use crate::stores::{store_of, Shared};
 
 /// The engine's settings, as keyword arguments: `concurrency`, `retries`,
 /// `retry_delay`, `max_retry_delay`, `mode`, `allow_empty_replace`,
 /// `max_delete_fraction`, `only`, `skip_unchanged`, `time_zone`,
 /// `fail_fast`, `day_timeout`, `dry_run`, `run_id`, `stream_memory`,
 /// `check_volume`, `check_empty` (`"off"`, `"warn"` or `"fail"`),
-/// `check_fraction`, `check_window`, and `on_event` (called with every `Event` of a run). A setting left out
+/// `check_fraction`, `check_window`, `on_event` (called with every `Event`
+/// of a run) and `lineage` (a `backfill.OpenLineage`: where each run's
+/// OpenLineage events go). A setting left out
 /// (`None`) takes the library's one default, the command line's too
 /// ([`Settings::defaults`]); `Job.from_config` reads a profile of the
 /// command line's configuration file.
@@ -38,10 +41,15 @@ pub(crate) struct PyJob {
     run_id: Option<String>,
     /// Called with every event of a run (`backfill.Event`).
     on_event: Option<Arc<Py<PyAny>>>,
+    /// Where the runs' OpenLineage events go (`backfill.OpenLineage`).
+    lineage: Option<Arc<Py<PyAny>>>,
 }
 
+/// A job's lineage events for one store and fetch, and their sink.
+type Lineage = (OpenLineage, Arc<Py<PyAny>>);
+
 impl PyJob {
-    fn job(&self, stop: &StopHandle) -> PyResult<Job> {
+    fn job(&self, stop: &StopHandle, lineage: Option<Lineage>) -> PyResult<Job> {
         let mut job = self
             .settings
             .job()
@@ -49,12 +57,74 @@ impl PyJob {
             .select(self.only)
             .dry_run(self.dry_run)
             .stop_handle(stop.clone())
-            .observer(observer(self.on_event.clone(), stop.clone()));
+            .observer(observer(self.on_event.clone(), lineage, stop.clone()));
         if let Some(run_id) = &self.run_id {
             job = job.run_id(run_id.as_str());
         }
         Ok(job)
     }
+
+    /// The lineage events of runs of `fetch` into `store`, if the job
+    /// sends any (never for a dry run, which writes nothing): the job is
+    /// named by the sink, else after the fetch (`module.name`).
+    fn lineage(
+        &self,
+        py: Python<'_>,
+        store: &Shared,
+        fetch: &Py<PyAny>,
+    ) -> PyResult<Option<Lineage>> {
+        let Some(sink) = &self.lineage else {
+            return Ok(None);
+        };
+        if self.dry_run {
+            return Ok(None);
+        }
+        let bound = sink.bind(py);
+        let name: Option<String> = bound.getattr("job")?.extract()?;
+        let name = match name {
+            Some(name) => name,
+            None => fetch_name(fetch.bind(py)),
+        };
+        let namespace: String = bound.getattr("namespace")?.extract()?;
+        let secrets: Vec<String> = bound.getattr("_secrets")?.extract()?;
+        let events = OpenLineage::new(name, store.1.dataset.clone())
+            .namespace(namespace)
+            .mode(self.settings.mode.unwrap_or_default())
+            .producer(producer())
+            .secrets(secrets)
+            .secrets(store.1.secrets.iter().cloned());
+        Ok(Some((events, Arc::clone(sink))))
+    }
+}
+
+/// This package at its version, as its lineage events' `producer`.
+fn producer() -> String {
+    format!(
+        "{}/tree/v{}/crates/backfill-python",
+        env!("CARGO_PKG_REPOSITORY"),
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// A fetch's name for its lineage job: `module.qualname` of a function,
+/// the type's name of another callable.
+fn fetch_name(fetch: &Bound<'_, PyAny>) -> String {
+    let named = |object: &Bound<'_, PyAny>| -> Option<String> {
+        let name: String = object.getattr("__qualname__").ok()?.extract().ok()?;
+        let module: Option<String> = object
+            .getattr("__module__")
+            .ok()
+            .and_then(|m| m.extract().ok());
+        Some(match module {
+            Some(module) if module != "__main__" && module != "builtins" => {
+                format!("{module}.{name}")
+            }
+            _ => name,
+        })
+    };
+    named(fetch)
+        .or_else(|| named(&fetch.get_type().into_any()))
+        .unwrap_or_else(|| "fetch".to_owned())
 }
 
 pub(crate) fn secs(s: f64) -> PyResult<Duration> {
@@ -82,7 +152,7 @@ impl PyJob {
         allow_empty_replace=None, max_delete_fraction=None, only="all", skip_unchanged=None,
         time_zone=None, fail_fast=None, day_timeout=None, dry_run=false, run_id=None,
         stream_memory=None, lenient_event_dates=None, check_volume=None, check_empty=None,
-        check_fraction=None, check_window=None, on_event=None
+        check_fraction=None, check_window=None, on_event=None, lineage=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -107,6 +177,7 @@ impl PyJob {
         check_fraction: Option<f64>,
         check_window: Option<u32>,
         on_event: Option<Py<PyAny>>,
+        lineage: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let action = |name: &str, text: Option<&str>| {
             text.map(|t| {
@@ -140,7 +211,14 @@ impl PyJob {
             check_window,
             ..Settings::default()
         };
-        PyJob::of(settings, parse_only(only)?, dry_run, run_id, on_event)
+        PyJob::of(
+            settings,
+            parse_only(only)?,
+            dry_run,
+            run_id,
+            on_event,
+            lineage,
+        )
     }
 
     /// `Job.from_config(path="backfill.toml", profile=None, **overrides)`:
@@ -173,6 +251,7 @@ impl PyJob {
             given.dry_run,
             given.run_id,
             given.on_event.map(|f| f.clone_ref(py)),
+            given.lineage.map(|f| f.clone_ref(py)),
         )
     }
 
@@ -188,7 +267,7 @@ impl PyJob {
         end: NaiveDate,
     ) -> PyResult<PyRunReport> {
         let (store, stop) = (store_of(store)?, StopHandle::new());
-        let job = self.job(&stop)?;
+        let job = self.job(&stop, self.lineage(py, &store, &fetch)?)?;
         let fetch = PyFetch { func: fetch };
         let (out, interrupt) = run_detached(py, Some(stop), async move {
             job.backfill(&*store.0, &fetch, start..=end).await
@@ -207,7 +286,7 @@ impl PyJob {
         lookback: u32,
     ) -> PyResult<PyRunReport> {
         let (store, stop) = (store_of(store)?, StopHandle::new());
-        let job = self.job(&stop)?;
+        let job = self.job(&stop, self.lineage(py, &store, &fetch)?)?;
         let fetch = PyFetch { func: fetch };
         let (out, interrupt) = run_detached(py, Some(stop), async move {
             job.sync_with_lookback(&*store.0, &fetch, lookback).await
@@ -233,13 +312,35 @@ impl PyJob {
             _ => None,
         };
         let (store, stop) = (store_of(store)?, StopHandle::new());
-        let job = self.job(&stop)?;
+        let lineage = self.lineage(py, &store, &fetch)?;
+        let job = self.job(&stop, None)?;
         let fetch = PyFetch { func: fetch };
         let day = day.unwrap_or_else(|| job.today());
+        // One day is not a run of the engine's; its lineage is a run of one
+        // day all the same, with the job's run id.
+        let run_id = self.run_id.as_deref().map(RunId::from).unwrap_or_default();
+        if let Some((events, sink)) = &lineage {
+            send(sink, &events.start(&run_id, &(day..=day)), &stop);
+        }
+        let started = Instant::now();
         let report = block(
             py,
             async move { job.sync_day(&*store.0, &fetch, day).await },
         )?;
+        if let Some((events, sink)) = &lineage {
+            let mut run = RunReport::new(vec![day]);
+            run.run_id = Some(run_id.clone());
+            match &report {
+                Ok(report) => run.days.push(report.clone()),
+                Err(e) => run.failed.push(FailedDay::new(day, 1, e)),
+            }
+            run.elapsed = started.elapsed();
+            send(
+                sink,
+                &events.end(&run_id, &(day..=day), Ending::Ran(&run, None)),
+                &stop,
+            );
+        }
         report.map(Into::into).map_err(to_py)
     }
 
@@ -253,7 +354,7 @@ impl PyJob {
         end: NaiveDate,
     ) -> PyResult<PyStatus> {
         let (store, stop) = (store_of(store)?, StopHandle::new());
-        let job = self.job(&stop)?;
+        let job = self.job(&stop, None)?;
         let status =
             block(py, async move { job.status(&*store.0, start..=end).await })?.map_err(to_py)?;
         Ok(PyStatus {
@@ -323,7 +424,7 @@ pub(crate) fn sync_with_lookback(
 }
 
 pub(crate) fn default_job() -> PyResult<PyJob> {
-    PyJob::of(Settings::default(), Select::All, false, None, None)
+    PyJob::of(Settings::default(), Select::All, false, None, None, None)
 }
 
 impl PyJob {
@@ -335,15 +436,29 @@ impl PyJob {
         dry_run: bool,
         run_id: Option<String>,
         on_event: Option<Py<PyAny>>,
+        lineage: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
+        if let Some(sink) = &lineage {
+            Python::attach(|py| -> PyResult<()> {
+                let class = py.import("backfill._lineage")?.getattr("OpenLineage")?;
+                match sink.bind(py).is_instance(&class)? {
+                    true => Ok(()),
+                    false => Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                        "lineage must be a backfill.OpenLineage, not {}",
+                        sink.bind(py).get_type().name()?
+                    ))),
+                }
+            })?;
+        }
         let job = PyJob {
             settings,
             only,
             dry_run,
             run_id,
             on_event: on_event.map(Arc::new),
+            lineage: lineage.map(Arc::new),
         };
-        job.job(&StopHandle::new())?;
+        job.job(&StopHandle::new(), None)?;
         Ok(job)
     }
 }

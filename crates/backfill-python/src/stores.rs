@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use backfill_core::columns::Column;
+use backfill_core::lineage::{url_password, Dataset};
 use backfill_core::{MemoryStore, Store};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -12,9 +13,29 @@ use crate::errors::to_py;
 use crate::record::PyRecord;
 use crate::runtime::block;
 
-/// The store a Python store object holds.
+/// The store a Python store object holds, and the dataset its lineage
+/// events name.
 #[derive(Clone)]
-pub(crate) struct Shared(pub(crate) Arc<dyn Store>);
+pub(crate) struct Shared(pub(crate) Arc<dyn Store>, pub(crate) Arc<Named>);
+
+/// A store as lineage events name it.
+#[derive(Debug)]
+pub(crate) struct Named {
+    /// The table, by OpenLineage's naming conventions.
+    pub(crate) dataset: Dataset,
+    /// Texts its URL held that no event may carry (a password).
+    pub(crate) secrets: Vec<String>,
+}
+
+impl Shared {
+    fn new(store: Arc<dyn Store>, dataset: Dataset) -> Self {
+        Self::with_secrets(store, dataset, Vec::new())
+    }
+
+    fn with_secrets(store: Arc<dyn Store>, dataset: Dataset, secrets: Vec<String>) -> Self {
+        Self(store, Arc::new(Named { dataset, secrets }))
+    }
+}
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -41,7 +62,7 @@ impl PyMemoryStore {
             false => MemoryStore::new(),
         };
         Self {
-            store: Shared(Arc::new(store)),
+            store: Shared::new(Arc::new(store), Dataset::new("memory", "backfill_records")),
         }
     }
 
@@ -101,8 +122,10 @@ impl PySqliteStore {
         history: bool,
     ) -> PyResult<Self> {
         let columns = declared(columns)?;
+        let in_memory = path.as_os_str() == ":memory:";
+        let file = path.clone();
         let opened = block(py, async move {
-            let mut builder = if path.as_os_str() == ":memory:" {
+            let mut builder = if in_memory {
                 backfill_sqlite::SqliteStore::builder_in_memory()
             } else {
                 backfill_sqlite::SqliteStore::builder(path)
@@ -118,8 +141,12 @@ impl PySqliteStore {
                 .await
         })?;
         let store = opened.map_err(to_py)?;
+        let dataset = match in_memory {
+            true => Dataset::new("sqlite://:memory:", store.table()),
+            false => Dataset::sqlite(&file, store.table()),
+        };
         Ok(Self {
-            store: Shared(Arc::new(store)),
+            store: Shared::new(Arc::new(store), dataset),
         })
     }
 
@@ -172,6 +199,8 @@ impl PyPostgresStore {
         history: bool,
     ) -> PyResult<Self> {
         let columns = declared(columns)?;
+        let secrets = url_password(&url).into_iter().collect();
+        let named = url.clone();
         let opened = block(py, async move {
             let mut builder = backfill_postgres::PostgresStore::builder();
             if let Some(schema) = schema {
@@ -188,8 +217,9 @@ impl PyPostgresStore {
                 .await
         })?;
         let store = opened.map_err(to_py)?;
+        let dataset = Dataset::postgres(&named, store.schema(), store.table());
         Ok(Self {
-            store: Shared(Arc::new(store)),
+            store: Shared::with_secrets(Arc::new(store), dataset, secrets),
         })
     }
 
@@ -391,6 +421,19 @@ impl PyDeltaStore {
             .ok_or_else(|| PyValueError::new_err("the table's location is not UTF-8"))?
             .to_owned();
         let options = storage_options.unwrap_or_default();
+        // The options' credentials (`aws_secret_access_key`, a session
+        // token), kept out of lineage events.
+        let secrets = options
+            .iter()
+            .filter(|(name, _)| {
+                let name = name.to_ascii_lowercase();
+                ["secret", "token", "password", "key"]
+                    .iter()
+                    .any(|word| name.contains(word))
+                    && !name.ends_with("key_id")
+            })
+            .map(|(_, value)| value.clone())
+            .collect();
         let columns = declared(columns)?;
         let opened = block(py, async move {
             backfill_delta::DeltaStore::builder(uri)
@@ -403,7 +446,11 @@ impl PyDeltaStore {
         })?;
         let delta = Arc::new(opened.map_err(to_py)?);
         Ok(Self {
-            store: Shared(Arc::clone(&delta) as Arc<dyn Store>),
+            store: Shared::with_secrets(
+                Arc::clone(&delta) as Arc<dyn Store>,
+                Dataset::delta(delta.location()),
+                secrets,
+            ),
             delta,
         })
     }

@@ -1,5 +1,6 @@
-"""The command line's OpenLineage events (`--openlineage-file`) hold to
-the OpenLineage spec, as the OpenLineage Python client reads it.
+"""The OpenLineage events of the command line (`--openlineage-file`) and
+of a Python job (`Job(lineage=OpenLineage(...))`) hold to the OpenLineage
+spec, as the OpenLineage Python client reads it, and say what the run did.
 
 No package on PyPI ships the spec's JSON schema (OpenLineage.json and the
 facets' schemas); the client (`openlineage-python`, which
@@ -9,22 +10,30 @@ date-time checks, and each facet's schema URL. Each event is built from
 those classes, every key of it known to them, and written back by the
 client's own serializer: what comes back must be the event itself. The
 `backfill` run facet is checked against its own schema,
-crates/backfill-cli/openlineage/BackfillRunFacet.json. With
+crates/backfill-core/openlineage/BackfillRunFacet.json. With
 OPENLINEAGE_SPEC naming a checkout of the spec's folder (`spec/` of the
 OpenLineage repository), every event and facet is also validated against
 the JSON schemas themselves.
 """
 
+import datetime as dt
+import http.server
 import importlib
 import json
 import os
 import pathlib
+import socket
 import subprocess
+import threading
+import warnings
 
 import pytest
 
+import backfill
+from backfill import Job, OpenLineage, Record
+
 REPO = pathlib.Path(__file__).resolve().parents[3]
-FACET_SCHEMA = REPO / "crates/backfill-cli/openlineage/BackfillRunFacet.json"
+FACET_SCHEMA = REPO / "crates/backfill-core/openlineage/BackfillRunFacet.json"
 
 
 def _needs(module):
@@ -187,3 +196,211 @@ def test_the_events_hold_to_the_openlineage_spec(cli, tmp_path):
             _validate_against_the_spec(pathlib.Path(spec), event)
     else:
         print("the spec's own JSON schemas: not checked (set OPENLINEAGE_SPEC to its spec/ folder)")
+
+
+# A Python job's events.
+
+
+class _Receiver:
+    """A lineage server on loopback: every POST's path, headers and JSON."""
+
+    def __init__(self):
+        received = self.received = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                received.append((self.path, dict(self.headers), json.loads(body)))
+                self.send_response(201)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    r = _Receiver()
+    yield r
+    r.close()
+
+
+def orders(day):
+    at = dt.datetime(day.year, day.month, day.day, 9, tzinfo=dt.timezone.utc)
+    return [Record(key=f"o:{day}:{i}", event_date=day, value={"n": i}, updated_at=at) for i in range(day.day)]
+
+
+def _events(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_python_jobs_runs_send_their_lineage_events(store, tmp_path, receiver):
+    _needs("openlineage.client")
+    jsonschema = _needs("jsonschema")
+    from openlineage.client.serde import Serde
+
+    lineage = OpenLineage(url=receiver.url, file=tmp_path / "lineage.jsonl", api_key="k-7f3a9c2e51")
+    job = Job(lineage=lineage, mode="replace")
+    report = job.backfill(store, orders, dt.date(2026, 1, 1), dt.date(2026, 1, 3))
+
+    events = _events(tmp_path / "lineage.jsonl")
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE"]
+    # The server got the same events, in order, at Marquez's endpoint, with
+    # the key as a bearer token.
+    assert [body for _, _, body in receiver.received] == events
+    assert {path for path, _, _ in receiver.received} == {"/api/v1/lineage"}
+    assert all(h["Authorization"] == "Bearer k-7f3a9c2e51" for _, h, _ in receiver.received)
+
+    ours = json.loads(FACET_SCHEMA.read_text())["$defs"]["BackfillRunFacet"]["allOf"][1]
+    for event in events:
+        jsonschema.validate(event["run"]["facets"]["backfill"], ours)
+        assert Serde.to_dict(_structure(event)) == event
+        assert event["producer"].endswith("/crates/backfill-python")
+        assert event["job"] == {**event["job"], "namespace": "backfill", "name": "test_lineage.orders"}
+        assert "k-7f3a9c2e51" not in json.dumps(event)
+
+    complete = events[1]
+    facet = complete["run"]["facets"]["backfill"]
+    assert facet["runId"] == report.run_id
+    assert (facet["firstDay"], facet["lastDay"], facet["mode"]) == ("2026-01-01", "2026-01-03", "replace")
+    assert facet["days"]["planned"] == 3 and facet["days"]["synced"] == 3
+    totals = report.totals
+    assert facet["counts"]["inserted"] == totals.inserted == 1 + 2 + 3
+    assert complete["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == totals.written
+    output = complete["outputs"][0]
+    if isinstance(store, backfill.SqliteStore):
+        assert (output["namespace"], output["name"]) == (f"sqlite://{tmp_path / 'pipeline.db'}", "backfill_records")
+    elif isinstance(store, backfill.PostgresStore):
+        assert output["namespace"].startswith("postgres://")
+        assert output["name"].endswith(".backfill_records") and output["name"].count(".") == 2
+    else:
+        assert (output["namespace"], output["name"]) == ("memory", "backfill_records")
+
+
+def test_a_failed_day_is_a_fail_event_that_quotes_no_secret(tmp_path):
+    _needs("openlineage.client")
+
+    def fetch(day):
+        if day == dt.date(2026, 1, 2):
+            raise RuntimeError("upstream said 401 to token k-7f3a9c2e51")
+        return orders(day)
+
+    job = Job(lineage=OpenLineage(file=tmp_path / "l.jsonl", api_key="k-7f3a9c2e51", job="orders api"),
+              retries=0)
+    store = backfill.SqliteStore(str(tmp_path / "p.db"))
+    with pytest.raises(backfill.BackfillError):
+        job.backfill(store, fetch, dt.date(2026, 1, 1), dt.date(2026, 1, 3))
+    events = _events(tmp_path / "l.jsonl")
+    assert [e["eventType"] for e in events] == ["START", "FAIL"]
+    fail = events[1]
+    assert fail["job"]["name"] == "orders api"
+    message = fail["run"]["facets"]["errorMessage"]["message"]
+    assert message.startswith("2026-01-02: ") and "upstream said 401 to token ***" in message
+    assert "k-7f3a9c2e51" not in json.dumps(events)
+    assert fail["run"]["facets"]["backfill"]["failedDays"] == ["2026-01-02"]
+    for event in events:
+        _structure(event)
+
+
+def test_a_password_in_the_store_url_never_leaves_in_an_event(tmp_path):
+    url = os.environ.get("BACKFILL_PG_URL")
+    if not url:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set and there is no Postgres (BACKFILL_PG_URL)")
+        pytest.skip("no Postgres: set BACKFILL_PG_URL")
+    from urllib.parse import urlsplit
+
+    password = urlsplit(url).password
+    assert password, "BACKFILL_PG_URL has a password to keep out"
+
+    def fetch(day):
+        raise RuntimeError(f"cannot log in with {password}")
+
+    store = backfill.PostgresStore(url, schema="py_lineage_secret")
+    job = Job(lineage=OpenLineage(file=tmp_path / "l.jsonl"), retries=0)
+    with pytest.raises(backfill.BackfillError):
+        job.backfill(store, fetch, dt.date(2026, 1, 1), dt.date(2026, 1, 1))
+    start, fail = _events(tmp_path / "l.jsonl")
+    message = fail["run"]["facets"]["errorMessage"]["message"]
+    assert "cannot log in with ***" in message and password not in message.replace("***", "")
+    parts = urlsplit(url)
+    database = parts.path.lstrip("/") or parts.username
+    for event in (start, fail):
+        # The table is named by host, port, database, schema and table:
+        # no user, no password (which may be any of those words too).
+        output = event["outputs"][0]
+        assert output["namespace"] == f"postgres://{parts.hostname}:{parts.port or 5432}"
+        assert output["name"] == f"{database}.py_lineage_secret.backfill_records"
+        rest = json.dumps({**event, "outputs": []}).replace(output["namespace"], "")
+        assert f":{password}@" not in rest and "cannot log in with " + password not in rest
+
+
+def test_one_days_sync_is_a_run_of_one_day(tmp_path):
+    store = backfill.MemoryStore()
+    job = Job(lineage=OpenLineage(file=tmp_path / "l.jsonl"), run_id="airflow-2026-01-05")
+    job.sync_one_day(store, orders, dt.date(2026, 1, 5))
+    start, complete = _events(tmp_path / "l.jsonl")
+    assert (start["eventType"], complete["eventType"]) == ("START", "COMPLETE")
+    assert start["run"]["runId"] == complete["run"]["runId"]
+    facet = complete["run"]["facets"]["backfill"]
+    assert (facet["runId"], facet["firstDay"], facet["lastDay"]) == ("airflow-2026-01-05", "2026-01-05", "2026-01-05")
+    assert facet["counts"]["inserted"] == 5
+
+
+def test_a_server_that_is_down_never_fails_the_run(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # Nothing listens on the port now.
+    job = Job(lineage=OpenLineage(url=f"http://u:hunter22@127.0.0.1:{port}", timeout=2))
+    store = backfill.MemoryStore()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = job.backfill(store, orders, dt.date(2026, 1, 1), dt.date(2026, 1, 2))
+    assert report.totals.inserted == 3
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert any(f"cannot send the lineage event to http://u:***@127.0.0.1:{port}/api/v1/lineage" in m for m in said), said
+    assert not any("hunter22" in m for m in said)
+
+
+def test_lineage_is_checked_when_the_job_is_made():
+    with pytest.raises(TypeError, match="lineage must be a backfill.OpenLineage"):
+        Job(lineage="http://marquez:5000")
+    with pytest.raises(ValueError, match="a url, a file or both"):
+        OpenLineage()
+    with pytest.raises(ValueError, match="http:// or https://"):
+        OpenLineage(url="marquez:5000")
+    # A dry run writes nothing and sends nothing.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        job = Job(lineage=OpenLineage(url="http://127.0.0.1:9", file="never.jsonl"), dry_run=True)
+        job.backfill(backfill.MemoryStore(), orders, dt.date(2026, 1, 1), dt.date(2026, 1, 1))
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert not os.path.exists("never.jsonl")
+
+
+def test_a_delta_table_is_named_by_its_location_without_credentials(tmp_path):
+    options = {"aws_secret_access_key": "wJalrXUtnFEMI-k3y", "aws_access_key_id": "AKIAEXAMPLE"}
+    store = backfill.DeltaStore(str(tmp_path / "lake" / "orders"), storage_options=options)
+
+    def fetch(day):
+        raise RuntimeError("signature for wJalrXUtnFEMI-k3y does not match")
+
+    job = Job(lineage=OpenLineage(file=tmp_path / "l.jsonl"), retries=0)
+    with pytest.raises(backfill.BackfillError):
+        job.backfill(store, fetch, dt.date(2026, 1, 1), dt.date(2026, 1, 1))
+    events = _events(tmp_path / "l.jsonl")
+    assert [e["eventType"] for e in events] == ["START", "FAIL"]
+    assert {(e["outputs"][0]["namespace"], e["outputs"][0]["name"]) for e in events} == {
+        ("file", str(tmp_path / "lake" / "orders"))
+    }
+    assert "signature for *** does not match" in events[1]["run"]["facets"]["errorMessage"]["message"]
+    assert "wJalrXUtnFEMI-k3y" not in json.dumps(events)

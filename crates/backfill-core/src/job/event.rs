@@ -1,5 +1,6 @@
 //! [`Event`]s: what a job tells its observer while it runs.
 
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +24,9 @@ pub enum Event<'a> {
         run_id: &'a RunId,
         /// The planned days.
         days: &'a [NaiveDate],
+        /// The range the run was asked for, of which `days` are those
+        /// its selection and shard picked.
+        range: &'a RangeInclusive<NaiveDate>,
     },
     /// An attempt at a day begins.
     DayStarted {

@@ -438,6 +438,7 @@ impl Job {
     {
         let (start, end) = (*days.start(), *days.end());
         let planned = self.plan(days)?;
+        let range = start..=end;
         let run_id = self.run_id.clone().unwrap_or_default();
         let span = tracing::info_span!(
             "backfill",
@@ -451,7 +452,8 @@ impl Job {
         );
         async {
             let (planned, not_selected) = self.selection(store, planned).await?;
-            self.run(store, fetch, run_id, planned, not_selected).await
+            self.run(store, fetch, run_id, &range, planned, not_selected)
+                .await
         }
         .instrument(span)
         .await
@@ -539,6 +541,7 @@ impl Job {
         store: &S,
         fetch: &F,
         run_id: RunId,
+        range: &RangeInclusive<NaiveDate>,
         planned: Vec<NaiveDate>,
         not_selected: Vec<NotSelected>,
     ) -> Result<RunReport>
@@ -550,6 +553,7 @@ impl Job {
         self.emit(Event::RunStarted {
             run_id: &run_id,
             days: &planned,
+            range,
         });
         let mut report = RunReport::new(planned);
         report.run_id = Some(run_id.clone());

@@ -42,6 +42,7 @@ from backfill._native import (
     sync_one_day,
     sync_with_lookback,
 )
+from backfill._lineage import OpenLineage
 
 # The names the pattern's first library used, so its users' code runs
 # unchanged.
@@ -60,6 +61,7 @@ __all__ = [
     "Job",
     "Listing",
     "MemoryStore",
+    "OpenLineage",
     "PostgresStore",
     "Record",
     "ReplaceRefused",

@@ -3,6 +3,8 @@
 import datetime as dt
 from typing import Any, AsyncIterable, Awaitable, Callable, Iterable, Mapping, Optional, Union
 
+from backfill._lineage import OpenLineage
+
 _Date = Union[dt.date, str]
 _Instant = Union[dt.datetime, str]
 _Item = Union["Record", Mapping[str, Any]]
@@ -201,6 +203,7 @@ class Job:
         check_fraction: Optional[float] = None,
         check_window: Optional[int] = None,
         on_event: Optional[Callable[[Event], object]] = None,
+        lineage: Optional[OpenLineage] = None,
     ) -> None: ...
     @staticmethod
     def from_config(
