@@ -2576,16 +2576,16 @@ async fn openlineage_never_shows_the_store_password() {
     tokio::spawn(connection);
     let role = backfill_testkit::unique_schema();
     let password = format!("pw-{role}-s3cret");
+    let rest = admin.split_once('@').unwrap().1;
+    let (host_port, database) = rest.split('?').next().unwrap().split_once('/').unwrap();
     client
         .batch_execute(&format!(
             "CREATE ROLE {role} LOGIN PASSWORD '{password}'; \
-             GRANT CREATE ON DATABASE postgres TO {role};"
+             GRANT CREATE ON DATABASE \"{database}\" TO {role};"
         ))
         .await
         .unwrap();
-    let rest = admin.split_once('@').unwrap().1;
     let url = format!("postgres://{role}:{password}@{rest}");
-    let (host_port, database) = rest.split('?').next().unwrap().split_once('/').unwrap();
     let schema = backfill_testkit::unique_schema();
     let output = run(range(&mut backfill(dir.path()), 1, 1)
         .args(["--store", &url, "--schema", &schema, "--json"])

@@ -34,7 +34,8 @@ class OpenLineage:
     a server that is down or answers an error, or a file that cannot be
     written, is a ``RuntimeWarning`` and the run's result is its own. The
     START event is sent while the run starts; the run's call returns once
-    its last event was sent (or ``timeout`` seconds passed).
+    its last event was sent or given up (``timeout`` seconds for each
+    event's connection and answer).
     """
 
     def __init__(
@@ -88,7 +89,8 @@ class OpenLineage:
         sent: Future = self._sender.submit(self._send, text)
         if last:
             try:
-                sent.result(timeout=self.timeout + 1)
+                # Behind it at most the run's START, each bounded by timeout.
+                sent.result(timeout=2 * self.timeout + 1)
             except Exception as e:  # a timeout: the sender still runs
                 warnings.warn(f"the lineage event was not sent in time: {e!r}", RuntimeWarning, stacklevel=2)
 
