@@ -122,6 +122,43 @@ impl PyRunReport {
         self.inner.run_id.as_ref().map(|r| r.as_str().to_owned())
     }
 
+    /// The days the run set out to sync, in order: every day of the
+    /// range, or those its `only` picked.
+    #[getter]
+    fn planned(&self) -> Vec<NaiveDate> {
+        self.inner.planned.clone()
+    }
+
+    /// The days of the range its `only` left out, as `(day, state)` (the
+    /// state the ledger gave them: `"synced"`, `"failed"`, …), in order.
+    #[getter]
+    fn not_selected(&self) -> Vec<(NaiveDate, String)> {
+        self.inner
+            .not_selected
+            .iter()
+            .map(|n| (n.day, n.state.to_string()))
+            .collect()
+    }
+
+    /// Whether the run was stopped (Ctrl-C): the days in flight finished,
+    /// the others are `skipped`.
+    #[getter]
+    fn stopped(&self) -> bool {
+        self.inner.stopped
+    }
+
+    /// Whether this was a dry run (nothing fetched or written).
+    #[getter]
+    fn dry_run(&self) -> bool {
+        self.inner.dry_run
+    }
+
+    /// The run's wall time.
+    #[getter]
+    fn elapsed(&self) -> Duration {
+        self.inner.elapsed
+    }
+
     fn __str__(&self) -> String {
         self.inner.to_string()
     }

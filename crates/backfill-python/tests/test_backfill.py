@@ -199,8 +199,16 @@ def test_only_missing_runs_just_the_days_not_synced(store):
         seen.append(day)
         return orders(day)
 
-    Job(only="missing").backfill(store, counting, JAN[0], JAN[3])
+    report = Job(only="missing").backfill(store, counting, JAN[0], JAN[3])
     assert seen == [JAN[2], JAN[3]]
+    # What a registry of one's own needs, as the command line's metrics
+    # have it: what the run set out to do, what it left, how long it took.
+    assert report.planned == [JAN[2], JAN[3]]
+    assert report.not_selected == [(JAN[0], "synced"), (JAN[1], "synced")]
+    assert (report.stopped, report.dry_run) == (False, False)
+    assert dt.timedelta(0) < report.elapsed < dt.timedelta(minutes=1)
+    dry = Job(dry_run=True).backfill(store, counting, JAN[4], JAN[4])
+    assert dry.dry_run and dry.planned == [JAN[4]] and seen == [JAN[2], JAN[3]]
 
 
 # Replace listings and tombstones.

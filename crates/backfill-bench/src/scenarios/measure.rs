@@ -230,11 +230,11 @@ pub(crate) async fn sync_one(
 
 /// The ledger rows that `rows_written` counts besides records when `days`
 /// days are synced: SQLite's `total_changes()` counts every table of the
-/// file, and each synced day writes its ledger row; Postgres' statistics
-/// are the records table's own.
+/// file, and each synced day writes its ledger row and its timing;
+/// Postgres' statistics are the records table's own.
 pub(crate) fn ledger_rows(kind: Kind, days: u32) -> u64 {
     if kind == Kind::Sqlite {
-        u64::from(days)
+        2 * u64::from(days)
     } else {
         0
     }

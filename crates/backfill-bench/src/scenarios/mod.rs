@@ -154,8 +154,14 @@ async fn random_group(run: &mut Run<'_>, out: &mut Vec<Measurement>) -> Result<(
     out.push(line);
     run.log("random_rerun");
     out.push(random::random_rerun(run, &target, copy, backfill_seconds).await?);
-    run.log("random_lookback");
-    out.push(random::random_lookback(run, &target, &rows).await?);
+    for (percent, name) in [
+        (1, "random_lookback_1"),
+        (20, "random_lookback"),
+        (100, "random_lookback_100"),
+    ] {
+        run.log(name);
+        out.push(random::random_lookback(run, &target, &rows, percent).await?);
+    }
     drop((target, rows));
     run.log("random_stream");
     out.push(random::random_stream(run).await?);

@@ -211,21 +211,33 @@ pub(crate) async fn random_rerun(
     })
 }
 
-/// `random_lookback`: the last day re-fetched with every fifth record
-/// changed upstream (20 %), the rest identical, into `target`, which holds
-/// the random-key dataset; against the hand-rolled upsert of the same day
-/// into a table holding the same rows (loaded by the floor's bulk path).
+/// `random_lookback` (20 %), `random_lookback_1` and
+/// `random_lookback_100`: a day re-fetched with `percent` % of its records
+/// changed upstream (every `100 / percent`th), the rest identical, into
+/// `target`, which holds the random-key dataset; against the hand-rolled
+/// upsert of the same day into a table holding the same rows (loaded by
+/// the floor's bulk path). Each percentage re-fetches a day of its own (the
+/// last, the one before, …), so that one's changes are not the next one's
+/// stored rows.
 pub(crate) async fn random_lookback(
     run: &mut Run<'_>,
     target: &Target,
     rows: &[Record],
+    percent: u32,
 ) -> Result<Measurement, String> {
     let s = run.s;
-    let day = nth_day(s.days - 1);
+    let (name, back) = match percent {
+        20 => ("random_lookback", 1),
+        1 => ("random_lookback_1", 2),
+        100 => ("random_lookback_100", 3),
+        _ => return Err(format!("no lookback line for {percent} %")),
+    };
+    let day = nth_day(s.days.saturating_sub(back));
+    let every = 100 / percent;
     let records: Vec<Record> = (0..s.per_day)
-        .map(|i| keyed_record(Keys::Random, day, i, i % 5 == 0))
+        .map(|i| keyed_record(Keys::Random, day, i, i % every == 0))
         .collect();
-    let changed = u64::from(s.per_day.div_ceil(5));
+    let changed = u64::from(s.per_day.div_ceil(every));
     let unchanged = u64::from(s.per_day) - changed;
 
     let floor = {
@@ -254,14 +266,14 @@ pub(crate) async fn random_lookback(
         target: format!("exactly {changed} updated, {unchanged} same"),
         pass: Some(ok),
         detail: format!(
-            "inserted {} updated {} unchanged {} stale {}; against {}",
+            "{percent} % changed: inserted {} updated {} unchanged {} stale {}; against {}",
             c.inserted,
             c.updated,
             c.unchanged,
             c.stale,
             upsert_text(run.kind)
         ),
-        ..run.line("random_lookback")
+        ..run.line(name)
     })
 }
 
