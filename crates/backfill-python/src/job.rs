@@ -323,16 +323,19 @@ impl PyJob {
             send(sink, &events.start(&run_id, &(day..=day)), &stop);
         }
         let started = Instant::now();
-        let report = block(
+        let outcome = block(
             py,
             async move { job.sync_day(&*store.0, &fetch, day).await },
-        )?;
+        );
         if let Some((events, sink)) = &lineage {
             let mut run = RunReport::new(vec![day]);
             run.run_id = Some(run_id.clone());
-            match &report {
-                Ok(report) => run.days.push(report.clone()),
-                Err(e) => run.failed.push(FailedDay::new(day, 1, e)),
+            match &outcome {
+                Ok(Ok(report)) => run.days.push(report.clone()),
+                Ok(Err(e)) => run.failed.push(FailedDay::new(day, 1, e)),
+                // Ctrl-C: the day committed or rolled back whole, and the
+                // run ends as an ABORT.
+                Err(_) => run.stopped = true,
             }
             run.elapsed = started.elapsed();
             send(
@@ -341,7 +344,7 @@ impl PyJob {
                 &stop,
             );
         }
-        report.map(Into::into).map_err(to_py)
+        outcome?.map(Into::into).map_err(to_py)
     }
 
     /// Where each day from `start` to `end` stands in the ledger; `str()`

@@ -404,3 +404,53 @@ def test_a_delta_table_is_named_by_its_location_without_credentials(tmp_path):
     }
     assert "signature for *** does not match" in events[1]["run"]["facets"]["errorMessage"]["message"]
     assert "wJalrXUtnFEMI-k3y" not in json.dumps(events)
+
+
+INTERRUPTED = """
+import datetime as dt, sys, time
+
+import backfill
+
+store = backfill.SqliteStore(sys.argv[1])
+at = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+def fetch(day):
+    time.sleep(0.3)
+    return [backfill.Record(f"k:{day}:{i}", day, "v", at) for i in range(10)]
+
+job = backfill.Job(concurrency=2, lineage=backfill.OpenLineage(file=sys.argv[2]))
+print("started", flush=True)
+try:
+    if sys.argv[3] == "one":
+        job.sync_one_day(store, fetch, dt.date(2026, 1, 1))
+    else:
+        job.backfill(store, fetch, dt.date(2026, 1, 1), dt.date(2026, 1, 31))
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("how", ["backfill", "one"])
+def test_ctrl_c_ends_the_run_with_an_abort_event(tmp_path, how):
+    import signal
+    import sys
+    import time
+
+    script = tmp_path / "run.py"
+    script.write_text(INTERRUPTED)
+    events = tmp_path / "l.jsonl"
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "p.db"), str(events), how],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert child.stdout.readline().strip() == "started"
+    time.sleep(0.15 if how == "one" else 1.0)
+    child.send_signal(signal.SIGINT)
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 130, out
+    start, abort = _events(events)
+    assert (start["eventType"], abort["eventType"]) == ("START", "ABORT")
+    facet = abort["run"]["facets"]["backfill"]
+    assert facet["stopped"] is True
+    if how == "backfill":
+        assert 0 < facet["days"]["synced"] < 31 and facet["days"]["notStarted"] > 0, facet
