@@ -29,7 +29,7 @@ use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use backfill_core::lineage::{self as events, Dataset, OpenLineage};
+use backfill_core::lineage::{self as events, environment_secrets, Dataset, OpenLineage};
 use backfill_core::RunId;
 use backfill_core::RunReport;
 use chrono::NaiveDate;
@@ -195,21 +195,6 @@ fn assigned_values(command: &str) -> Vec<String> {
         .map(|value| value.trim_matches(['\'', '"']).to_owned())
         .filter(|value| value.len() >= 4)
         .collect()
-}
-
-/// The values of the environment's variables whose names say they hold a
-/// secret (the fetch command sees them all, and may print one in an
-/// error): `*PASSWORD*`, `*SECRET*`, `*TOKEN*`, `*KEY*`, `*CREDENTIAL*`,
-/// as `AWS_SECRET_ACCESS_KEY` for a Delta table on S3. Short values are
-/// left, lest every such digit in a message become `***`.
-fn environment_secrets(vars: impl Iterator<Item = (String, String)>) -> Vec<String> {
-    const SECRET: [&str; 5] = ["PASSWORD", "SECRET", "TOKEN", "KEY", "CREDENTIAL"];
-    vars.filter(|(name, value)| {
-        let name = name.to_ascii_uppercase();
-        value.len() >= 8 && SECRET.iter().any(|word| name.contains(word))
-    })
-    .map(|(_, value)| value)
-    .collect()
 }
 
 /// The table as an OpenLineage dataset, by its naming conventions (the

@@ -185,6 +185,23 @@ pub fn url_password(url: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// The values of the environment's variables whose names say they hold a
+/// secret (a fetch sees them all, and its error may quote one):
+/// `*PASSWORD*`, `*SECRET*`, `*TOKEN*`, `*KEY*`, `*CREDENTIAL*`, as
+/// `AWS_SECRET_ACCESS_KEY` for a Delta table on S3: texts to give
+/// [`OpenLineage::secrets`], from `std::env::vars()`. Values shorter than
+/// 8 bytes are left, lest every such word in a message become `***`.
+pub fn environment_secrets(vars: impl IntoIterator<Item = (String, String)>) -> Vec<String> {
+    const SECRET: [&str; 5] = ["PASSWORD", "SECRET", "TOKEN", "KEY", "CREDENTIAL"];
+    vars.into_iter()
+        .filter(|(name, value)| {
+            let name = name.to_ascii_uppercase();
+            value.len() >= 8 && SECRET.iter().any(|word| name.contains(word))
+        })
+        .map(|(_, value)| value)
+        .collect()
+}
+
 /// The host, port and database of a Postgres URL, as libpq defaults them.
 fn postgres_parts(url: &str) -> (String, String, String) {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);

@@ -310,6 +310,20 @@ def test_a_failed_day_is_a_fail_event_that_quotes_no_secret(tmp_path):
         _structure(event)
 
 
+def test_a_secret_of_the_environment_never_leaves_in_an_event(tmp_path, monkeypatch):
+    monkeypatch.setenv("ORDERS_API_TOKEN", "tok-5b1e9d0c77")
+
+    def fetch(day):
+        raise RuntimeError("GET https://api.example/orders?token=tok-5b1e9d0c77 returned 403")
+
+    job = Job(lineage=OpenLineage(file=tmp_path / "l.jsonl"), retries=0)
+    with pytest.raises(backfill.BackfillError):
+        job.backfill(backfill.MemoryStore(), fetch, dt.date(2026, 1, 1), dt.date(2026, 1, 1))
+    text = (tmp_path / "l.jsonl").read_text()
+    assert "tok-5b1e9d0c77" not in text
+    assert "token=*** returned 403" in text
+
+
 def test_a_password_in_the_store_url_never_leaves_in_an_event(tmp_path):
     url = os.environ.get("BACKFILL_PG_URL")
     if not url:
