@@ -24,12 +24,11 @@
 //! a server that is down or answers an error, or a file that cannot be
 //! written, is a `warning:` on stderr and the run's exit status is its own.
 
-use std::io::Write as _;
 use std::ops::RangeInclusive;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use backfill_core::lineage::{self as events, environment_secrets, Dataset, OpenLineage};
+use backfill_core::lineage::{self as events, named_secrets, Dataset, OpenLineage};
 use backfill_core::RunId;
 use backfill_core::RunReport;
 use chrono::NaiveDate;
@@ -99,7 +98,7 @@ impl Lineage {
         if let Some(command) = &args.fetch.fetch_cmd {
             secrets.extend(assigned_values(command));
         }
-        secrets.extend(environment_secrets(std::env::vars()));
+        secrets.extend(named_secrets(std::env::vars()));
         let job_name = args
             .openlineage_job
             .clone()
@@ -212,9 +211,8 @@ pub(crate) fn dataset(args: &StoreArgs) -> Dataset {
 /// Sends `event` to every sink: an error is a warning on stderr, never a
 /// failure of the run.
 pub(crate) async fn emit(sinks: Sinks, event: Value) {
-    let line = event.to_string();
     if let Some(path) = &sinks.file {
-        if let Err(e) = append(path, &line) {
+        if let Err(e) = events::append(path, &event) {
             eprintln!(
                 "warning: cannot write the lineage event to {}: {e}",
                 path.display()
@@ -222,6 +220,7 @@ pub(crate) async fn emit(sinks: Sinks, event: Value) {
         }
     }
     if let Some(url) = sinks.url {
+        let line = event.to_string();
         let target = target(&url);
         let shown = store::redact(&target);
         let api_key = sinks.api_key;
@@ -257,16 +256,6 @@ fn target(url: &str) -> String {
     } else {
         url.to_owned()
     }
-}
-
-/// Appends `line` to the JSON Lines file at `path`, in one write, so that
-/// runs sharing the file do not interleave their events.
-fn append(path: &Path, line: &str) -> std::io::Result<()> {
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)?;
-    file.write_all(format!("{line}\n").as_bytes())
 }
 
 #[cfg(test)]
@@ -343,7 +332,7 @@ mod tests {
             ("HOME", "/home/someone"),
         ]
         .map(|(n, v)| (n.to_owned(), v.to_owned()));
-        assert_eq!(environment_secrets(vars.into_iter()), ["wJalrXUtnFEMI"]);
+        assert_eq!(named_secrets(vars), ["wJalrXUtnFEMI"]);
     }
 
     #[test]

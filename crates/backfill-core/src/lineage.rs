@@ -185,13 +185,14 @@ pub fn url_password(url: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// The values of the environment's variables whose names say they hold a
-/// secret (a fetch sees them all, and its error may quote one):
-/// `*PASSWORD*`, `*SECRET*`, `*TOKEN*`, `*KEY*`, `*CREDENTIAL*`, as
-/// `AWS_SECRET_ACCESS_KEY` for a Delta table on S3: texts to give
-/// [`OpenLineage::secrets`], from `std::env::vars()`. Values shorter than
-/// 8 bytes are left, lest every such word in a message become `***`.
-pub fn environment_secrets(vars: impl IntoIterator<Item = (String, String)>) -> Vec<String> {
+/// The values of `(name, value)` pairs whose names say they hold a
+/// secret: `*PASSWORD*`, `*SECRET*`, `*TOKEN*`, `*KEY*`, `*CREDENTIAL*`,
+/// in any case. Give it `std::env::vars()` (a fetch sees the whole
+/// environment, and its error may quote any of it, as
+/// `AWS_SECRET_ACCESS_KEY` for a Delta table on S3) or a store's options;
+/// the texts go to [`OpenLineage::secrets`]. Values shorter than 8 bytes
+/// are left, lest every such word in a message become `***`.
+pub fn named_secrets(vars: impl IntoIterator<Item = (String, String)>) -> Vec<String> {
     const SECRET: [&str; 5] = ["PASSWORD", "SECRET", "TOKEN", "KEY", "CREDENTIAL"];
     vars.into_iter()
         .filter(|(name, value)| {
@@ -553,19 +554,25 @@ pub fn run_uuid(run_id: &RunId) -> String {
 pub fn append_to(path: impl AsRef<Path>) -> impl Fn(Value) + Send + Sync + 'static {
     let path = path.as_ref().to_owned();
     move |event| {
-        if let Err(e) = append(&path, &event.to_string()) {
+        if let Err(e) = append(&path, &event) {
             tracing::warn!("cannot write the lineage event to {}: {e}", path.display());
         }
     }
 }
 
-/// Appends `line` to the file at `path`, in one write.
-fn append(path: &Path, line: &str) -> std::io::Result<()> {
+/// Appends `event` as one line to the JSON Lines file at `path` (created
+/// if missing), in one write, so that runs sharing the file do not
+/// interleave their events.
+///
+/// # Errors
+///
+/// The file's, if it cannot be opened or written.
+pub fn append(path: &Path, event: &Value) -> std::io::Result<()> {
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)?;
-    file.write_all(format!("{line}\n").as_bytes())
+    file.write_all(format!("{event}\n").as_bytes())
 }
 
 #[cfg(test)]

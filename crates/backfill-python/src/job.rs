@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backfill_core::lineage::{environment_secrets, Ending, OpenLineage};
+use backfill_core::lineage::{named_secrets, Ending, OpenLineage};
 use backfill_core::settings::Settings;
 use backfill_core::{CheckAction, FailedDay, Job, Mode, RunId, RunReport, Select, StopHandle};
 use chrono::NaiveDate;
@@ -95,7 +95,7 @@ impl PyJob {
             .secrets(store.1.secrets.iter().cloned())
             // The fetch runs in this process: an error of its may quote
             // any secret of its environment.
-            .secrets(environment_secrets(std::env::vars()));
+            .secrets(named_secrets(std::env::vars()));
         Ok(Some((events, Arc::clone(sink))))
     }
 }

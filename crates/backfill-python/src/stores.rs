@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use backfill_core::columns::Column;
-use backfill_core::lineage::{url_password, Dataset};
+use backfill_core::lineage::{named_secrets, url_password, Dataset};
 use backfill_core::{MemoryStore, Store};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -423,17 +423,7 @@ impl PyDeltaStore {
         let options = storage_options.unwrap_or_default();
         // The options' credentials (`aws_secret_access_key`, a session
         // token), kept out of lineage events.
-        let secrets = options
-            .iter()
-            .filter(|(name, _)| {
-                let name = name.to_ascii_lowercase();
-                ["secret", "token", "password", "key"]
-                    .iter()
-                    .any(|word| name.contains(word))
-                    && !name.ends_with("key_id")
-            })
-            .map(|(_, value)| value.clone())
-            .collect();
+        let secrets = named_secrets(options.clone());
         let columns = declared(columns)?;
         let opened = block(py, async move {
             backfill_delta::DeltaStore::builder(uri)

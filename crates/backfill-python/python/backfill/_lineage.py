@@ -9,7 +9,6 @@ counts in the ``backfill`` run facet.
 from __future__ import annotations
 
 import os
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -62,7 +61,6 @@ class OpenLineage:
         self._api_key = api_key
         # One sender, so that a run's events leave in order.
         self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="backfill-lineage")
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         shown = [f"{name}={value!r}" for name, value in (("url", self.url), ("file", self.file)) if value]
@@ -97,7 +95,7 @@ class OpenLineage:
     def _send(self, text: str) -> None:
         if self.file is not None:
             try:
-                with self._lock, open(self.file, "a", encoding="utf-8") as f:
+                with open(self.file, "a", encoding="utf-8") as f:
                     f.write(text + "\n")
             except OSError as e:
                 warnings.warn(f"cannot write the lineage event to {self.file}: {e}", RuntimeWarning, stacklevel=2)
