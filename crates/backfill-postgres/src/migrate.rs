@@ -38,8 +38,8 @@ pub(crate) async fn prepare(
     schema: &str,
     name: &str,
     typed: &Columns,
-    create: bool,
-    changes: bool,
+    (create, changes): (bool, bool),
+    fill_factor: u8,
 ) -> Result<()> {
     tx.batch_execute(sql::DEPARSE_SETTINGS)
         .await
@@ -93,7 +93,7 @@ pub(crate) async fn prepare(
         .map_err(open_error)?;
     dropping = changing(&found, typed, changes)?;
     check(schema, name, &found, typed, &dropping)?;
-    create_or_upgrade(tx, schema, name, &found, typed).await?;
+    create_or_upgrade(tx, schema, name, &found, (typed, fill_factor)).await?;
     if !dropping.is_empty() {
         drop_columns(tx, schema, name, &dropping).await?;
     }
@@ -382,7 +382,7 @@ async fn create_or_upgrade(
     schema: &str,
     name: &str,
     found: &Found,
-    typed: &Columns,
+    (typed, fill_factor): (&Columns, u8),
 ) -> Result<()> {
     // An upgrade names what went wrong: typically a role that may not run
     // DDL on a table it did not create, or a read-only server.
@@ -435,7 +435,7 @@ async fn create_or_upgrade(
         // A table made by someone else in the current shape: registered.
         None if found.table.is_some() => {}
         None => {
-            tx.batch_execute(&sql::create_table(schema, name, typed))
+            tx.batch_execute(&sql::create_table(schema, name, typed, fill_factor))
                 .await
                 .map_err(open_error)?;
             for index in sql::create_column_indexes(schema, name, typed) {

@@ -94,8 +94,9 @@ pub(crate) fn create_schema(schema: &str) -> String {
 /// `COLLATE "C"` so comparisons and `ORDER BY` are by bytes; the CHECKs
 /// repeat the record rules in the table itself. `deleted` comes last, so a
 /// table created here and one upgraded from version 1 (where `ADD COLUMN`
-/// appends it) look the same.
-pub(crate) fn create_table(schema: &str, table: &str, typed: &Columns) -> String {
+/// appends it) look the same. `fill_factor` is the table's `fillfactor`
+/// (see `PostgresStoreBuilder::fill_factor`).
+pub(crate) fn create_table(schema: &str, table: &str, typed: &Columns, fill_factor: u8) -> String {
     let [(_, key), (_, event_date), (_, updated_at)] = checks();
     // The typed columns after the store's own, NULL-able (a tombstone's are
     // NULL), in the database's default collation.
@@ -117,7 +118,7 @@ pub(crate) fn create_table(schema: &str, table: &str, typed: &Columns) -> String
     updated_at timestamptz NOT NULL CHECK ({updated_at}),
     deleted    boolean NOT NULL DEFAULT false,
 {typed}    CHECK ({TOMBSTONE_CHECK})
-)"#,
+) WITH (fillfactor = {fill_factor})"#,
         t = qualified(schema, table)
     )
 }
@@ -388,11 +389,22 @@ pub(crate) struct Statements {
     /// The advisory locks of some days, in date order: `$1` the days,
     /// `$2` whether each is locked exclusively (else shared).
     pub(crate) lock_days: String,
-    /// Whether any of days `$1` has a listing watermark, and whether day
-    /// `$2` was ever synced (its ledger has a success). Read after the
-    /// days are locked: with their shared lock held, no listing can set a
-    /// watermark before the transaction ends.
+    /// Whether any of days `$1` has a listing watermark, whether day `$2`
+    /// was ever synced (its ledger has a success), and whether its ledger
+    /// holds digest `$3` (NULL: no) — the batch applied last was the same
+    /// records. Read after the days are locked: with their shared lock
+    /// held, no listing can set a watermark before the transaction ends.
     pub(crate) watermarked: String,
+    /// How many rows of day `$1` lie in the key range `[$2, $3]`, and the
+    /// SHA-256 of them all in key order, each as its key, a zero byte, its
+    /// value, a zero byte, its `updated_at` as Postgres sends it (8 bytes,
+    /// microseconds since 2000, big-endian) and its tombstone flag (1
+    /// byte): `write::same_rows` computes the same of a slice. Neither a
+    /// key nor a value holds a zero byte, so the bytes hashed tell every
+    /// row apart. The day's rows are read through its index (`OFFSET 0`
+    /// keeps the range out of that choice: a random-key day's range spans
+    /// the primary key).
+    pub(crate) day_digest: String,
     /// Whether no stored key lies in `[$1, $2]`: one index descent.
     pub(crate) key_range_empty: String,
     /// Whether none of the keys `$1` (sorted) is stored: one index descent
@@ -693,7 +705,17 @@ FROM (SELECT * FROM unnest($1::date[], $2::bool[]) AS u(day, exclusive)
                 "SELECT EXISTS (SELECT 1 FROM {days} WHERE records_table = {name} \
                  AND day = ANY($1::date[]) AND listing_watermark IS NOT NULL), \
                  EXISTS (SELECT 1 FROM {days} WHERE records_table = {name} \
-                 AND day = $2::date AND synced_at IS NOT NULL)"
+                 AND day = $2::date AND synced_at IS NOT NULL), \
+                 EXISTS (SELECT 1 FROM {days} WHERE records_table = {name} \
+                 AND day = $2::date AND digest = $3::text)"
+            ),
+            day_digest: format!(
+                r#"SELECT count(*), sha256(coalesce(string_agg(
+    textsend(r.key) || decode('00', 'hex') || textsend(r.value) || decode('00', 'hex')
+        || timestamptz_send(r.updated_at) || boolsend(r.deleted),
+    ''::bytea ORDER BY r.key), ''::bytea))
+FROM (SELECT key, value, updated_at, deleted FROM {t} WHERE event_date = $1::date OFFSET 0) r
+WHERE r.key >= $2::text COLLATE "C" AND r.key <= $3::text COLLATE "C""#
             ),
             // COLLATE "C", as the column: the range is the primary key's
             // byte order, whatever the database's default collation.
@@ -858,7 +880,7 @@ mod tests {
 
     #[test]
     fn the_table_repeats_the_record_rules_from_core() {
-        let ddl = create_table("s", "t", &Columns::default());
+        let ddl = create_table("s", "t", &Columns::default(), 80);
         assert!(ddl.contains(&format!("octet_length(key) BETWEEN 1 AND {MAX_KEY_BYTES})")));
         assert!(ddl.contains("event_date BETWEEN '0001-01-01' AND '9999-12-31'"));
         assert!(ddl.contains(

@@ -12,6 +12,7 @@ use backfill_core::adapter::check_value_sizes;
 use backfill_core::columns::{ColumnValue, Columns};
 use backfill_core::{Counts, DayWrite, Error, Record, Result, RunId, SyncedDay};
 use chrono::{DateTime, NaiveDate, Utc};
+use sha2::{Digest as _, Sha256};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
@@ -86,7 +87,11 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
     tx.batch_execute(CUSTOM_PLANS).await.map_err(pg_error)?;
 
     // 1.
-    let Locked { marked, synced } = lock_days(&tx, sql, &day).await?;
+    let Locked {
+        marked,
+        synced,
+        same_batch,
+    } = lock_days(&tx, sql, &day).await?;
     // A listing of a day with live rows: rows only leave the day while its
     // lock is held (a record of the day needs its lock), so one without any
     // has nothing to tombstone, now or later in the transaction.
@@ -115,6 +120,10 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
             )),
         },
         merge: tx.prepare_cached(&sql.merge).await.map_err(pg_error)?,
+        day_digest: match same_batch {
+            true => Some(tx.prepare_cached(&sql.day_digest).await.map_err(pg_error)?),
+            false => None,
+        },
         list: match &unlisted {
             Some(u) => Some(Listing {
                 list: tx.prepare_cached(&sql.list).await.map_err(pg_error)?,
@@ -495,6 +504,10 @@ struct Locked {
     /// Whether the apply's own day was synced before (its ledger holds a
     /// success).
     synced: bool,
+    /// Whether the day's ledger holds the digest of this very batch: the
+    /// same records were applied before, so its rows are likely as they
+    /// are ([`Writes::page`] checks that first).
+    same_batch: bool,
 }
 
 /// The day's next page, its values checked against [`MAX_VALUE_BYTES`]
@@ -521,15 +534,21 @@ async fn lock_days(tx: &Transaction<'_>, sql: &Statements, day: &DayWrite) -> Re
         .prepare_cached(&sql.watermarked)
         .await
         .map_err(pg_error)?;
+    // A batch of the day's own records only, whole from the start: its
+    // digest is known, and its records are all the day's.
+    let batch = (day.is_done() && day.days() == [day.day()]).then(|| day.digest().to_string());
     let (locked, read) = join2(
         tx.execute(&lock, &[&days, &exclusive]),
         // A statement of its own, after the locks: its snapshot is taken
         // once they are held.
         async {
-            let row = tx.query_one(&watermarked, &[&days, &day.day()]).await?;
+            let row = tx
+                .query_one(&watermarked, &[&days, &day.day(), &batch])
+                .await?;
             Ok::<_, tokio_postgres::Error>(Locked {
                 marked: row.try_get(0)?,
                 synced: row.try_get(1)?,
+                same_batch: row.try_get(2)?,
             })
         },
     )
@@ -739,6 +758,10 @@ struct Writes {
     copy: Option<(CopyChecks, Statement)>,
     /// `Statements::merge`.
     merge: Statement,
+    /// `Statements::day_digest`, when the day's ledger holds the batch's
+    /// digest: a slice is then first compared with the day's stored rows
+    /// as one digest ([`same_rows`]).
+    day_digest: Option<Statement>,
     /// A listing's statements, when it has rows to tombstone.
     list: Option<Listing>,
     /// Whether a slice is copied without first checking that none of its
@@ -870,6 +893,16 @@ impl Writes {
                 all_copied = false;
                 continue;
             }
+            // The batch applied before: every record may be its stored
+            // row, which one digest of the slice's range of the day shows
+            // without sending a value.
+            if let (Some(digest), Some(day)) = (&self.day_digest, day_scan) {
+                if same_rows(tx, digest, day, slice).await? {
+                    counts.unchanged += slice.len() as u64;
+                    all_copied = false;
+                    continue;
+                }
+            }
             // Copied unchecked only where a stored key costs no more than
             // a lost race: under a savepoint this page holds or may take.
             let unchecked =
@@ -987,6 +1020,58 @@ impl CopyChecks {
             .try_get(0)
             .map_err(pg_error)
     }
+}
+
+/// Whether every record of `slice` (sorted by key, all of `day`) is its
+/// stored row: whether the rows of `day` in the slice's key range are
+/// exactly the slice, by their count and the SHA-256 `Statements::day_digest`
+/// computes, here of the records. Equal digests of the same bytes mean the
+/// same rows (SHA-256 has no known collision), so such a slice needs no
+/// write: each record is unchanged, as the merge would find it. Anything
+/// else — a changed record, a key stored under another day, a row of the
+/// range the slice lacks — differs, and the slice is merged as usual.
+async fn same_rows(
+    tx: &Transaction<'_>,
+    statement: &Statement,
+    day: NaiveDate,
+    slice: &[Record],
+) -> Result<bool> {
+    let (Some(first), Some(last)) = (slice.first(), slice.last()) else {
+        return Ok(false);
+    };
+    let Some(digest) = slice_digest(day, slice) else {
+        return Ok(false);
+    };
+    let row = tx
+        .query_one(statement, &[&day, &first.key(), &last.key()])
+        .await
+        .map_err(pg_error)?;
+    let stored: i64 = row.try_get(0).map_err(pg_error)?;
+    let hashed: &[u8] = row.try_get(1).map_err(pg_error)?;
+    Ok(stored as usize == slice.len() && hashed == digest.as_slice())
+}
+
+/// The SHA-256 `Statements::day_digest` computes of stored rows, of
+/// `records` (sorted by key); `None` if one is not of `day` or its
+/// `updated_at` cannot be sent.
+fn slice_digest(day: NaiveDate, records: &[Record]) -> Option<[u8; 32]> {
+    // Postgres' epoch, and `updated_at` as tokio-postgres sends it:
+    // microseconds since, truncated.
+    let epoch = NaiveDate::from_ymd_opt(2000, 1, 1)?.and_hms_opt(0, 0, 0)?;
+    let mut hash = Sha256::new();
+    for r in records {
+        if r.event_date() != day {
+            return None;
+        }
+        let micros = (r.updated_at().naive_utc() - epoch).num_microseconds()?;
+        hash.update(r.key().as_bytes());
+        hash.update([0]);
+        hash.update(r.value().as_bytes());
+        hash.update([0]);
+        hash.update(micros.to_be_bytes());
+        hash.update([u8::from(r.is_deleted())]);
+    }
+    Some(hash.finalize().into())
 }
 
 /// The keys [`CopyChecks::none_stored`] looks up before all of a slice's.

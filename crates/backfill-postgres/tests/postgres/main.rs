@@ -38,6 +38,7 @@ mod open;
 mod outage;
 mod pages;
 mod retry;
+mod same_batch;
 #[cfg(feature = "tls")]
 mod tls;
 

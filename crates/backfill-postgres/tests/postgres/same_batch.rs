@@ -1,0 +1,252 @@
+//! A batch applied again: the store compares the day's stored rows with it
+//! as one digest before sending any value, and writes nothing when they
+//! are the same. A stored row that differs in anything the merge reads —
+//! only its `updated_at` by a microsecond, only its tombstone flag, one
+//! byte deep in its value, its day — sends the batch through the merge,
+//! which judges each record as ever.
+
+use backfill_core::conformance::fixtures::{at, day, rec, tomb};
+use backfill_core::{upsert, Counts, Record, Store, WriteOptions};
+use backfill_postgres::tokio_postgres::Client;
+use backfill_postgres::PostgresStore;
+use backfill_testkit as testkit;
+use chrono::{Duration, TimeZone, Utc};
+
+/// A day's batch with what a digest must encode exactly: multi-byte text,
+/// a long value, tombstones, instants before Postgres' epoch (2000) and
+/// with microseconds.
+fn batch() -> Vec<Record> {
+    let long: String = "x".repeat(9_000) + "é";
+    let mut records = vec![
+        rec("a/ünï", day(0), r#"{"name":"Zoë","n":1}"#, at(5)),
+        rec("b/long", day(0), &long, at(6)),
+        tomb("c/gone", day(0), at(7)),
+        rec(
+            "d/old",
+            day(0),
+            "1999",
+            Utc.with_ymd_and_hms(1999, 12, 31, 23, 59, 59).unwrap() + Duration::microseconds(1),
+        ),
+        rec(
+            "e/micros",
+            day(0),
+            "µs",
+            at(8) + Duration::microseconds(123_457),
+        ),
+    ];
+    records.extend((0..20).map(|i| rec(&format!("f/{i:02}"), day(0), &format!("v{i}"), at(i))));
+    records
+}
+
+/// A store of one connection, whose statistics [`key_lookups`] flushes.
+async fn store(url: &str) -> PostgresStore {
+    PostgresStore::builder()
+        .schema(testkit::unique_schema())
+        .pool_size(1)
+        .connect(url)
+        .await
+        .unwrap()
+}
+
+/// Index scans of the table's primary key so far, as the statistics
+/// show them once flushed: the merge reaches keys through it, the digest
+/// of a day does not.
+async fn key_lookups(admin: &Client, store: &PostgresStore) -> i64 {
+    // The store's one session flushes its statistics before it answers
+    // the statement after this one.
+    let own = store.pool().get().await.unwrap();
+    own.batch_execute("SELECT pg_stat_force_next_flush()")
+        .await
+        .unwrap();
+    own.batch_execute("SELECT 1").await.unwrap();
+    drop(own);
+    admin
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await
+        .unwrap();
+    admin
+        .query_one(
+            "SELECT coalesce(sum(idx_scan), 0)::bigint FROM pg_stat_user_indexes \
+             WHERE schemaname = $1 AND relname = $2 AND indexrelname LIKE '%pkey'",
+            &[&store.schema(), &store.table()],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Each row's `xmin`: a row written again has a new one.
+async fn versions(admin: &Client, store: &PostgresStore) -> Vec<(String, String)> {
+    let sql = format!(
+        r#"SELECT key, xmin::text FROM "{}"."{}" ORDER BY key"#,
+        store.schema(),
+        store.table()
+    );
+    admin
+        .query(&sql, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_batch_applied_again_is_compared_as_one_digest_and_writes_nothing() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let store = store(&url).await;
+    let admin = crate::admin(&url).await;
+    upsert(&store, day(0), batch(), WriteOptions::default())
+        .await
+        .unwrap();
+    let before = versions(&admin, &store).await;
+    let lookups = key_lookups(&admin, &store).await;
+
+    for _ in 0..2 {
+        let again = upsert(&store, day(0), batch(), WriteOptions::default())
+            .await
+            .unwrap();
+        let mut want = Counts::default();
+        want.unchanged = 25;
+        assert_eq!(again, want);
+    }
+    assert_eq!(versions(&admin, &store).await, before, "a row was written");
+    assert_eq!(
+        key_lookups(&admin, &store).await,
+        lookups,
+        "the batch's keys were looked up one by one: the digests differed"
+    );
+}
+
+/// What is changed behind the store's back, on the row of `key`, and what
+/// the batch applied again must then do with that record.
+struct Tamper {
+    key: &'static str,
+    set: &'static str,
+    expect: fn(&Counts) -> bool,
+}
+
+#[tokio::test]
+async fn a_row_that_differs_in_anything_the_merge_reads_is_never_taken_as_unchanged() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let admin = crate::admin(&url).await;
+    let cases = [
+        // Older by one microsecond: the record is newer and is written.
+        Tamper {
+            key: "f/03",
+            set: "updated_at = updated_at - interval '1 microsecond'",
+            expect: |c| c.updated == 1 && c.unchanged == 24,
+        },
+        // A tombstone of the same instant orders after the live record,
+        // which is then stale.
+        Tamper {
+            key: "f/03",
+            set: "deleted = true, value = ''",
+            expect: |c| c.stale == 1 && c.unchanged == 24,
+        },
+        // One byte deep in the long value, made smaller: the record's
+        // value orders after it and wins.
+        Tamper {
+            key: "b/long",
+            set: "value = overlay(value placing 'w' from 5000 for 1)",
+            expect: |c| c.updated == 1 && c.unchanged == 24,
+        },
+        // Moved to another day, as another batch would: the record wins
+        // back by its value (same instant, `v3` after `v2`).
+        Tamper {
+            key: "f/03",
+            set: "event_date = '2026-01-02', value = 'v2'",
+            expect: |c| c.updated == 1 && c.unchanged == 24,
+        },
+    ];
+    for (i, case) in cases.iter().enumerate() {
+        let store = store(&url).await;
+        upsert(&store, day(0), batch(), WriteOptions::default())
+            .await
+            .unwrap();
+        let sql = format!(
+            r#"UPDATE "{}"."{}" SET {} WHERE key = '{}'"#,
+            store.schema(),
+            store.table(),
+            case.set,
+            case.key
+        );
+        assert_eq!(admin.execute(&sql, &[]).await.unwrap(), 1);
+        let again = upsert(&store, day(0), batch(), WriteOptions::default())
+            .await
+            .unwrap();
+        assert!((case.expect)(&again), "case {i}: {again:?}");
+        // Whatever the tamper, the table ends as the merge leaves it: the
+        // batch where it won, the tombstone where that won.
+        let mut want = batch();
+        if case.set.starts_with("deleted") {
+            want.retain(|r| r.key() != case.key);
+        }
+        want.retain(|r| !r.is_deleted());
+        assert_eq!(store.rows().await.unwrap(), want, "case {i}");
+    }
+}
+
+/// The records table leaves a fifth of each page free unless told
+/// otherwise, and a re-fetched day's changed records are then updated in
+/// place: heap-only tuples, no index written.
+#[tokio::test]
+async fn a_changed_record_of_the_day_is_updated_in_place() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let admin = crate::admin(&url).await;
+    let options = |store: &PostgresStore| {
+        format!(
+            "SELECT c.reloptions::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = '{}' AND c.relname = '{}'",
+            store.schema(),
+            store.table()
+        )
+    };
+    let packed = PostgresStore::builder()
+        .schema(testkit::unique_schema())
+        .fill_factor(100)
+        .connect(&url)
+        .await
+        .unwrap();
+    let sql = options(&packed);
+    let set: Option<String> = admin.query_one(&sql, &[]).await.unwrap().get(0);
+    assert_eq!(set.as_deref(), Some("{fillfactor=100}"));
+
+    let store = store(&url).await;
+    let set: Option<String> = admin.query_one(&options(&store), &[]).await.unwrap().get(0);
+    assert_eq!(set.as_deref(), Some("{fillfactor=80}"));
+    let rows = |changed: bool| -> Vec<Record> {
+        (0..200)
+            .map(|i| {
+                let (value, when) = match changed && i % 5 == 0 {
+                    true => (format!("{i:040}-changed"), at(i + 3_600)),
+                    false => (format!("{i:040}"), at(i)),
+                };
+                rec(&format!("k/{i:03}"), day(0), &value, when)
+            })
+            .collect()
+    };
+    upsert(&store, day(0), rows(false), WriteOptions::default())
+        .await
+        .unwrap();
+    let counts = upsert(&store, day(0), rows(true), WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((counts.updated, counts.unchanged), (40, 160));
+    key_lookups(&admin, &store).await; // flushes the statistics
+    let hot: i64 = admin
+        .query_one(
+            "SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2",
+            &[&store.schema(), &store.table()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(hot, 40, "every changed record updated in place");
+}
