@@ -31,6 +31,7 @@ mod ledger;
 mod limits;
 mod open;
 mod pages;
+mod same_batch;
 mod schema_version;
 mod tombstones;
 

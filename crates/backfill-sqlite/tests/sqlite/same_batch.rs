@@ -1,0 +1,113 @@
+//! A batch applied again: the store compares the day's stored rows with it
+//! field by field in one ordered read before merging any record, and
+//! writes nothing when they are the same. A stored row that differs in
+//! anything the merge reads — only its `updated_at` by a microsecond, only
+//! its tombstone flag, one byte deep in its value, its day — sends the
+//! batch through the merge, which judges each record as ever.
+
+use backfill_core::conformance::fixtures::{at, day, rec, tomb};
+use backfill_core::{upsert, Counts, Record, Store, WriteOptions};
+use backfill_sqlite::SqliteStore;
+use chrono::{Duration, TimeZone, Utc};
+
+use super::raw;
+
+/// A day's batch with multi-byte text, a long value, a tombstone, and
+/// instants before 2000 and with microseconds.
+fn batch() -> Vec<Record> {
+    let long: String = "x".repeat(9_000) + "é";
+    let mut records = vec![
+        rec("a/ünï", day(0), r#"{"name":"Zoë","n":1}"#, at(5)),
+        rec("b/long", day(0), &long, at(6)),
+        tomb("c/gone", day(0), at(7)),
+        rec(
+            "d/old",
+            day(0),
+            "1999",
+            Utc.with_ymd_and_hms(1999, 12, 31, 23, 59, 59).unwrap() + Duration::microseconds(1),
+        ),
+        rec(
+            "e/micros",
+            day(0),
+            "µs",
+            at(8) + Duration::microseconds(123_457),
+        ),
+    ];
+    records.extend((0..20).map(|i| rec(&format!("f/{i:02}"), day(0), &format!("v{i}"), at(i))));
+    records
+}
+
+#[tokio::test]
+async fn a_batch_applied_again_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::builder(dir.path().join("db.sqlite"))
+        .open()
+        .await
+        .unwrap();
+    upsert(&store, day(0), batch(), WriteOptions::default())
+        .await
+        .unwrap();
+    let before = store.total_changes().await.unwrap();
+    for _ in 0..2 {
+        let again = upsert(&store, day(0), batch(), WriteOptions::default())
+            .await
+            .unwrap();
+        let mut want = Counts::default();
+        want.unchanged = 25;
+        assert_eq!(again, want);
+    }
+    // The ledger's row and its timing, twice: no record.
+    assert_eq!(store.total_changes().await.unwrap() - before, 4);
+}
+
+#[tokio::test]
+async fn a_row_that_differs_in_anything_the_merge_reads_is_never_taken_as_unchanged() {
+    // (key, SET clause, what the batch applied again must count)
+    let cases: [(&str, &str, fn(&Counts) -> bool); 4] = [
+        // Older by one microsecond: the record is newer and is written.
+        ("f/03", "updated_at = '2026-01-01T00:00:02.999999Z'", |c| {
+            c.updated == 1 && c.unchanged == 24
+        }),
+        // A tombstone of the same instant orders after the live record,
+        // which is then stale.
+        ("f/03", "deleted = 1, value = ''", |c| {
+            c.stale == 1 && c.unchanged == 24
+        }),
+        // One byte deep in the long value, made smaller: the record wins.
+        (
+            "b/long",
+            "value = substr(value, 1, 4999) || 'w' || substr(value, 5001)",
+            |c| c.updated == 1 && c.unchanged == 24,
+        ),
+        // Moved to another day with a smaller value: the record wins it
+        // back.
+        ("f/03", "event_date = '2026-01-02', value = 'v2'", |c| {
+            c.updated == 1 && c.unchanged == 24
+        }),
+    ];
+    for (i, (key, set, expect)) in cases.iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite");
+        let store = SqliteStore::builder(&path).open().await.unwrap();
+        upsert(&store, day(0), batch(), WriteOptions::default())
+            .await
+            .unwrap();
+        let changed = raw(&path)
+            .execute(
+                &format!("UPDATE backfill_records SET {set} WHERE key = ?1"),
+                [key],
+            )
+            .unwrap();
+        assert_eq!(changed, 1, "case {i}");
+        let again = upsert(&store, day(0), batch(), WriteOptions::default())
+            .await
+            .unwrap();
+        assert!(expect(&again), "case {i}: {again:?}");
+        let mut want = batch();
+        if set.starts_with("deleted") {
+            want.retain(|r| r.key() != *key);
+        }
+        want.retain(|r| !r.is_deleted());
+        assert_eq!(store.rows().await.unwrap(), want, "case {i}");
+    }
+}
