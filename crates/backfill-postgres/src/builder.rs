@@ -158,8 +158,10 @@ impl PostgresStoreBuilder {
     /// update of a row that keeps its key and `event_date` — what a
     /// re-fetched day's changed records are — be written beside the old
     /// version without touching an index (a heap-only tuple), several
-    /// times cheaper than an update that must insert into every index. 100
-    /// packs pages full: the smallest table, and every update moved to
+    /// times cheaper than an update that must insert into every index. The
+    /// price is space: at 80 the heap is about a quarter larger than
+    /// packed full (300 000 rows of 64-byte values: 57 MB against 45 MB).
+    /// 100 packs pages full: the smallest table, and every update moved to
     /// another page. A table that exists keeps its own setting (`ALTER
     /// TABLE … SET (fillfactor = …)` changes it for pages written after).
     pub fn fill_factor(mut self, percent: u8) -> Self {
