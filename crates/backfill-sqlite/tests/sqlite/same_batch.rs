@@ -60,10 +60,13 @@ async fn a_batch_applied_again_writes_nothing() {
     assert_eq!(store.total_changes().await.unwrap() - before, 4);
 }
 
+/// A key, the SET clause changing its stored row behind the store's back,
+/// and what the batch applied again must then count.
+type Tamper = (&'static str, &'static str, fn(&Counts) -> bool);
+
 #[tokio::test]
 async fn a_row_that_differs_in_anything_the_merge_reads_is_never_taken_as_unchanged() {
-    // (key, SET clause, what the batch applied again must count)
-    let cases: [(&str, &str, fn(&Counts) -> bool); 4] = [
+    let cases: [Tamper; 4] = [
         // Older by one microsecond: the record is newer and is written.
         ("f/03", "updated_at = '2026-01-01T00:00:02.999999Z'", |c| {
             c.updated == 1 && c.unchanged == 24
