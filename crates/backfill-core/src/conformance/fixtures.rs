@@ -80,3 +80,31 @@ pub fn listing(as_of: DateTime<Utc>) -> WriteOptions {
         .as_of(as_of)
         .replace_guard(ReplaceGuard::off())
 }
+
+/// A day of 25 records, sorted by key, with what a store's encoding of a
+/// row must keep exactly: multi-byte text in keys and values, a 9 000-byte
+/// value (`b/long`), a tombstone (`c/gone`), an instant before 2000
+/// (`d/old`) and one with microseconds (`e/micros`), then `f/00`…`f/19`
+/// with values `v0`…`v19` at [`at`]`(0)`…[`at`]`(19)`.
+pub fn awkward_day() -> Vec<Record> {
+    let long: String = "x".repeat(9_000) + "é";
+    let mut records = vec![
+        rec("a/ünï", day(0), r#"{"name":"Zoë","n":1}"#, at(5)),
+        rec("b/long", day(0), &long, at(6)),
+        tomb("c/gone", day(0), at(7)),
+        rec(
+            "d/old",
+            day(0),
+            "1999",
+            Utc.with_ymd_and_hms(1999, 12, 31, 23, 59, 59).unwrap() + Duration::microseconds(1),
+        ),
+        rec(
+            "e/micros",
+            day(0),
+            "µs",
+            at(8) + Duration::microseconds(123_457),
+        ),
+    ];
+    records.extend((0..20).map(|i| rec(&format!("f/{i:02}"), day(0), &format!("v{i}"), at(i))));
+    records
+}

@@ -5,38 +5,11 @@
 //! byte deep in its value, its day — sends the batch through the merge,
 //! which judges each record as ever.
 
-use backfill_core::conformance::fixtures::{at, day, rec, tomb};
+use backfill_core::conformance::fixtures::{at, awkward_day as batch, day, rec};
 use backfill_core::{upsert, Counts, Record, Store, WriteOptions};
 use backfill_postgres::tokio_postgres::Client;
 use backfill_postgres::PostgresStore;
 use backfill_testkit as testkit;
-use chrono::{Duration, TimeZone, Utc};
-
-/// A day's batch with what a digest must encode exactly: multi-byte text,
-/// a long value, tombstones, instants before Postgres' epoch (2000) and
-/// with microseconds.
-fn batch() -> Vec<Record> {
-    let long: String = "x".repeat(9_000) + "é";
-    let mut records = vec![
-        rec("a/ünï", day(0), r#"{"name":"Zoë","n":1}"#, at(5)),
-        rec("b/long", day(0), &long, at(6)),
-        tomb("c/gone", day(0), at(7)),
-        rec(
-            "d/old",
-            day(0),
-            "1999",
-            Utc.with_ymd_and_hms(1999, 12, 31, 23, 59, 59).unwrap() + Duration::microseconds(1),
-        ),
-        rec(
-            "e/micros",
-            day(0),
-            "µs",
-            at(8) + Duration::microseconds(123_457),
-        ),
-    ];
-    records.extend((0..20).map(|i| rec(&format!("f/{i:02}"), day(0), &format!("v{i}"), at(i))));
-    records
-}
 
 /// A store of one connection, whose statistics [`key_lookups`] flushes.
 async fn store(url: &str) -> PostgresStore {
