@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, Utc};
 
 use crate::counts::{Counts, Mode};
 
@@ -146,13 +146,37 @@ impl DigestBuilder {
     pub(crate) fn update(&mut self, r: &crate::Record) {
         let hasher = &mut self.0;
         // Lengths first, so that no two different batches run together
-        // into the same bytes.
+        // into the same bytes. Between key and value, the date as it is
+        // written (`YYYY-MM-DD`), the instant and the tombstone flag, in one
+        // piece: the hash is of the bytes in order, however they are cut.
         hasher.update(&(r.key().len() as u64).to_le_bytes());
         hasher.update(r.key().as_bytes());
-        hasher.update(&r.event_date().to_string().into_bytes());
-        hasher.update(&r.updated_at().timestamp_micros().to_le_bytes());
-        hasher.update(&[u8::from(r.is_deleted())]);
-        hasher.update(&(r.value().len() as u64).to_le_bytes());
+        let mut between = [0u8; 10 + 8 + 1 + 8];
+        let date = r.event_date();
+        let from = match u32::try_from(date.year()) {
+            Ok(year) if year <= 9999 => {
+                for (at, n, width) in [(0, year, 4), (5, date.month(), 2), (8, date.day(), 2)] {
+                    let mut n = n;
+                    for b in between[at..at + width].iter_mut().rev() {
+                        *b = b'0' + (n % 10) as u8;
+                        n /= 10;
+                    }
+                }
+                between[4] = b'-';
+                between[7] = b'-';
+                0
+            }
+            // Never for a checked record (years 1 to 9999): as chrono
+            // writes it.
+            _ => {
+                hasher.update(date.to_string().as_bytes());
+                10
+            }
+        };
+        between[10..18].copy_from_slice(&r.updated_at().timestamp_micros().to_le_bytes());
+        between[18] = u8::from(r.is_deleted());
+        between[19..].copy_from_slice(&(r.value().len() as u64).to_le_bytes());
+        hasher.update(&between[from..]);
         hasher.update(r.value().as_bytes());
     }
 
@@ -450,6 +474,37 @@ pub struct SyncStamp {
 mod tests {
     use super::*;
     use crate::Record;
+
+    /// A digest is kept in every day's ledger row: the bytes it is taken of
+    /// never change, or every stored day would read as changed once.
+    #[test]
+    fn digests_are_those_stored_before() {
+        let date = |y, m, d| NaiveDate::from_ymd_opt(y, m, d).unwrap();
+        let at = |s| DateTime::from_timestamp_micros(s).unwrap();
+        let records = [
+            Record::new("a", date(1, 1, 1), "{}", at(-62_135_596_800_000_000)).unwrap(),
+            Record::new(
+                "clé:7",
+                date(2026, 3, 9),
+                r#"{"n": 1.5}"#,
+                at(1_773_047_096_123_456),
+            )
+            .unwrap(),
+            Record::tombstone("z", date(9999, 12, 31), at(253_402_300_799_999_999)).unwrap(),
+        ];
+        let digests: Vec<String> = (0..=records.len())
+            .map(|n| Digest::of(&records[..n]).to_string())
+            .collect();
+        assert_eq!(
+            digests,
+            [
+                "19aa06d3014798d86001c324468d497f",
+                "7e439742d1fe94e18ecfb7b3d7b88ece",
+                "476ab2cb7c6b417ba4727e406376be3c",
+                "27a1a197a086227de4094bbb12b170d4",
+            ]
+        );
+    }
 
     #[test]
     fn digests_change_with_any_byte_and_round_trip_as_hex() {
