@@ -15,6 +15,7 @@
 use async_trait::async_trait;
 use futures_util::stream;
 
+use super::fixtures::invalid_column;
 use super::helpers::{at, day, rec, tomb};
 use crate::columns::{Column, ColumnProblem, ColumnValue, Columns};
 use crate::{upsert, upsert_stream, Error, MemoryStore, Record, Result, Store, WriteOptions};
@@ -145,13 +146,6 @@ async fn assert_columns_match<H: TypedStore>(h: &H, store: &H::Store, columns: &
         assert_eq!(g, e, "typed columns of key {:?}", e.0);
     }
     expected.len()
-}
-
-fn invalid_column(e: Error) -> crate::columns::ColumnError {
-    match e {
-        Error::InvalidColumn(e) => *e,
-        other => panic!("expected Error::InvalidColumn, got {other:?}"),
-    }
 }
 
 /// The error opening with `columns`, which must be refused.

@@ -108,3 +108,14 @@ pub fn awkward_day() -> Vec<Record> {
     records.extend((0..20).map(|i| rec(&format!("f/{i:02}"), day(0), &format!("v{i}"), at(i))));
     records
 }
+
+/// The refusal of a record that does not fit a typed column: `e`'s
+/// [`ColumnError`](crate::columns::ColumnError), or a panic naming the
+/// error it is instead.
+#[track_caller]
+pub fn invalid_column(e: crate::Error) -> crate::columns::ColumnError {
+    match e {
+        crate::Error::InvalidColumn(e) => *e,
+        other => panic!("expected Error::InvalidColumn, got {other:?}"),
+    }
+}

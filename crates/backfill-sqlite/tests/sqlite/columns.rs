@@ -6,7 +6,7 @@
 //! declared otherwise is refused on open, naming the column.
 
 use backfill_core::columns::{Column, ColumnProblem};
-use backfill_core::conformance::fixtures::{at, jan, listing, rec, tomb};
+use backfill_core::conformance::fixtures::{at, invalid_column, jan, listing, rec, tomb};
 use backfill_core::{upsert, Error, Record, Store, WriteOptions};
 use backfill_sqlite::SqliteStore;
 use rusqlite::types::Value;
@@ -170,12 +170,11 @@ async fn a_record_that_does_not_fit_is_refused_and_nothing_of_its_day_is_written
             at(1),
         ),
     ];
-    let err = upsert(&s, jan(2), bad, WriteOptions::default())
-        .await
-        .unwrap_err();
-    let Error::InvalidColumn(e) = &err else {
-        panic!("expected InvalidColumn, got {err:?}");
-    };
+    let e = invalid_column(
+        upsert(&s, jan(2), bad, WriteOptions::default())
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(
         (
             e.key.as_str(),
