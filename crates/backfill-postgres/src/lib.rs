@@ -294,8 +294,10 @@
 //! named `<table>:<column>` when the table is created. A record whose value
 //! does not fit is refused with
 //! [`Error::InvalidColumn`](backfill_core::Error::InvalidColumn), naming
-//! the key, the column, the path and the text, before anything of its day
-//! is sent. Opening checks the typed columns like the rest of the table: a
+//! the key, the column, the path and the text, and nothing of its day is
+//! kept: a new day's `COPY` reads each record's columns as it sends the
+//! record's row, so one under way is abandoned there and the day's
+//! transaction rolled back. Opening checks the typed columns like the rest of the table: a
 //! column the declaration lacks, or of another type, is refused naming it,
 //! unless [`allow_column_changes`](PostgresStoreBuilder::allow_column_changes)
 //! lets opening drop it (and add it again with the declared type). A

@@ -15,7 +15,8 @@ use chrono::{DateTime, NaiveDate, Utc};
 use sha2::{Digest as _, Sha256};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::private::BytesMut;
+use tokio_postgres::types::{IsNull, ToSql, Type};
 use tokio_postgres::Statement;
 
 use crate::error::{pg_error, pool_error};
@@ -924,12 +925,12 @@ impl Writes {
                 self.subtransactions += 1;
                 saved = Some((i, *counts, self.displaced.lengths()));
             }
-            // Read before the COPY starts: a value that does not fit
-            // refuses the record, and the whole day rolls back.
-            let typed = typed_rows(&self.columns, slice.iter())?;
-            match copy_slice(tx, copy, slice, &self.columns, &typed).await {
+            match copy_slice(tx, copy, slice, &self.columns).await {
                 Ok(copied) => count_copied(slice, copied, counts)?,
-                Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                // A value that does not fit its columns refuses the record:
+                // the COPY is abandoned, and the whole day rolls back.
+                Err(CopyFailure::Refused(e)) => return Err(e),
+                Err(CopyFailure::Failed(e)) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
                     // Past the savepoints an apply may take, a lost race
                     // aborts the whole transaction: the day is rolled back
                     // and, being retryable, tried again, when the check
@@ -965,7 +966,7 @@ impl Writes {
                     saved = Some((from, *counts, self.displaced.lengths()));
                     break;
                 }
-                Err(e) => return Err(pg_error(e)),
+                Err(CopyFailure::Failed(e)) => return Err(pg_error(e)),
             }
         }
         if saved.is_some() {
@@ -1039,13 +1040,17 @@ async fn same_rows(
     let (Some(first), Some(last)) = (slice.first(), slice.last()) else {
         return Ok(false);
     };
-    let Some(digest) = slice_digest(day, slice) else {
+    // The statement is sent first: the server reads and hashes the day's
+    // rows while the slice is hashed here.
+    let (row, digest) = join2(
+        tx.query_one(statement, &[&day, &first.key(), &last.key()]),
+        async { slice_digest(day, slice) },
+    )
+    .await;
+    let row = row.map_err(pg_error)?;
+    let Some(digest) = digest else {
         return Ok(false);
     };
-    let row = tx
-        .query_one(statement, &[&day, &first.key(), &last.key()])
-        .await
-        .map_err(pg_error)?;
     let stored: i64 = row.try_get(0).map_err(pg_error)?;
     let hashed: &[u8] = row.try_get(1).map_err(pg_error)?;
     Ok(stored as usize == slice.len() && hashed == digest.as_slice())
@@ -1109,15 +1114,34 @@ fn days_to_lock(
     (days, exclusive)
 }
 
+/// How [`copy_slice`] failed.
+enum CopyFailure {
+    /// A record's value does not fit the table's typed columns: the COPY
+    /// was abandoned before its end.
+    Refused(Error),
+    /// The server refused the COPY (a stored key among others).
+    Failed(tokio_postgres::Error),
+}
+
+impl From<tokio_postgres::Error> for CopyFailure {
+    fn from(e: tokio_postgres::Error) -> Self {
+        CopyFailure::Failed(e)
+    }
+}
+
 /// Copies `records` into the table in their order with binary `COPY`;
 /// returns the number of rows copied.
+///
+/// Each record's typed columns are read just before its row is written,
+/// while the server takes in the rows before it: reading them costs no
+/// round trip of its own. A record whose value does not fit them drops
+/// the COPY unfinished, which the server then abandons.
 async fn copy_slice(
     tx: &Transaction<'_>,
     copy: &Statement,
     records: &[Record],
     columns: &Columns,
-    typed: &[ColumnValue],
-) -> std::result::Result<u64, tokio_postgres::Error> {
+) -> std::result::Result<u64, CopyFailure> {
     let sink = tx.copy_in(copy).await?;
     let mut types = vec![
         Type::TEXT,
@@ -1129,21 +1153,57 @@ async fn copy_slice(
     types.extend(columns.iter().map(|c| typed::pg_type(c.column_type())));
     let writer = BinaryCopyInWriter::new(sink, &types);
     let mut writer = pin!(writer);
-    let n = columns.len();
-    let params: Vec<Param<'_>> = typed.iter().map(Param).collect();
-    for (i, r) in records.iter().enumerate() {
+    let mut typed = Vec::with_capacity(columns.len());
+    for r in records {
+        typed.clear();
+        columns
+            .extract_into(r, &mut typed)
+            .map_err(CopyFailure::Refused)?;
         let (key, value) = (r.key(), r.value());
         let (date, at, deleted) = (r.event_date(), r.updated_at(), r.is_deleted());
-        let mut row: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(types.len());
-        row.extend([&key as &(dyn ToSql + Sync), &date, &value, &at, &deleted]);
-        row.extend(
-            params[i * n..(i + 1) * n]
-                .iter()
-                .map(|v| v as &(dyn ToSql + Sync)),
-        );
-        writer.as_mut().write(&row).await?;
+        let own: [&(dyn ToSql + Sync); 5] = [&key, &date, &value, &at, &deleted];
+        // By index: `write_raw` takes an iterator of known length.
+        let row = (0..own.len() + typed.len()).map(|i| match own.get(i) {
+            Some(&v) => Cell::Own(v),
+            None => Cell::Typed(Param(&typed[i - own.len()])),
+        });
+        writer.as_mut().write_raw(row).await?;
     }
-    writer.finish().await
+    Ok(writer.finish().await?)
+}
+
+/// A cell of a copied row: one of the table's own columns, or a typed
+/// column's value (a row is written without being collected first).
+#[derive(Debug)]
+enum Cell<'a> {
+    Own(&'a (dyn ToSql + Sync)),
+    Typed(Param<'a>),
+}
+
+impl ToSql for Cell<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        self.to_sql_checked(ty, out)
+    }
+
+    /// Each cell's own value checks its type.
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    fn to_sql_checked(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Cell::Own(v) => v.to_sql_checked(ty, out),
+            Cell::Typed(v) => v.to_sql_checked(ty, out),
+        }
+    }
 }
 
 /// Records as the arrays the statements take first (`$1`–`$5`: keys,

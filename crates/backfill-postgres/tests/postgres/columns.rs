@@ -7,8 +7,8 @@
 //! table declared otherwise is refused on open, naming the column.
 
 use backfill_core::columns::{Column, ColumnProblem};
-use backfill_core::conformance::fixtures::{at, jan, listing, rec, tomb};
-use backfill_core::{upsert, Error, Record, Store, WriteOptions};
+use backfill_core::conformance::fixtures::{at, invalid_column, jan, listing, rec, tomb};
+use backfill_core::{upsert, Record, Store, WriteOptions};
 use backfill_postgres::PostgresStore;
 use backfill_testkit as testkit;
 use chrono::{DateTime, NaiveDate, Utc};
@@ -240,12 +240,11 @@ async fn a_record_that_does_not_fit_is_refused_and_nothing_of_its_day_is_written
             ],
         ),
     ] {
-        let err = upsert(&s, jan(day), batch, WriteOptions::default())
-            .await
-            .unwrap_err();
-        let Error::InvalidColumn(e) = &err else {
-            panic!("expected InvalidColumn, got {err:?}");
-        };
+        let e = invalid_column(
+            upsert(&s, jan(day), batch, WriteOptions::default())
+                .await
+                .unwrap_err(),
+        );
         assert_eq!(
             (e.column.as_str(), e.problem),
             (
@@ -256,6 +255,51 @@ async fn a_record_that_does_not_fit_is_refused_and_nothing_of_its_day_is_written
     }
     assert!(s.day_rows(jan(2)).await.unwrap().is_empty());
     assert_eq!(typed_rows(&s).await, vec![placed("a", 1, 1)]);
+}
+
+/// A record that does not fit, deep in a new day's `COPY`: the rows before
+/// it have reached the server when it is read, so the `COPY` is abandoned
+/// midway. Nothing of the day is kept, and the one connection it used
+/// writes the corrected day next, every record inserted once.
+#[tokio::test]
+async fn a_refusal_midway_through_a_copy_leaves_nothing_and_the_connection_serves_the_next_day() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let s = PostgresStore::builder()
+        .schema(testkit::unique_schema())
+        .columns(declared())
+        .pool_size(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let good: Vec<Record> = (0..2000)
+        .map(|i| order(&format!("m{i:04}"), 5, i, 5))
+        .collect();
+    let mut bad = good.clone();
+    bad[1500] = rec(
+        "m1500",
+        jan(5),
+        r#"{"status": "x", "total_cents": true, "paid": true}"#,
+        at(5),
+    );
+    let e = invalid_column(
+        upsert(&s, jan(5), bad, WriteOptions::default())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (e.key.as_str(), e.column.as_str()),
+        ("m1500", "total_cents")
+    );
+    assert!(s.rows_with_tombstones().await.unwrap().is_empty());
+    let counts = upsert(&s, jan(5), good, WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((counts.inserted, counts.written()), (2000, 2000));
+    let rows = typed_rows(&s).await;
+    assert_eq!(rows.len(), 2000);
+    assert_eq!(rows[1500], placed("m1500", 1500, 5));
 }
 
 #[tokio::test]
