@@ -31,7 +31,17 @@
 //!    together, so few pages, in order); only its keys not found there,
 //!    new or stored under another date, are looked up in the primary key.
 //!    A longer day is looked up key by key, so no statement reads the
-//!    whole day again. Each statement is planned for its own arguments
+//!    whole day again. A day synced before and fetched again in one or two
+//!    slices (a daily lookback), with no watermark, no listing and no
+//!    history, is first compared with its stored rows, read once by binary
+//!    `COPY` through the same index: a record equal to its row, or older,
+//!    sends nothing; when each of the rest replaces a row of the day, they
+//!    are updated where those rows lie (found by `ctid`, each only if it is
+//!    still the version read, by its `xmin`), in key order, under a
+//!    savepoint. A key the day does not hold, or a row another writer
+//!    changed since the read (the update is undone first), sends them
+//!    through the merge instead. Deciding on rows read earlier is exact: a
+//!    row's version only grows. Each statement is planned for its own arguments
 //!    (`plan_cache_mode = force_custom_plan`, for the apply's transaction
 //!    only): the best join depends on how many records a slice holds. The
 //!    statement classifies each record by its own version against

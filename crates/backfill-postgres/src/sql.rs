@@ -405,6 +405,23 @@ pub(crate) struct Statements {
     /// keeps the range out of that choice: a random-key day's range spans
     /// the primary key).
     pub(crate) day_digest: String,
+    /// A day's rows, in no order, as binary `COPY` sends them, for
+    /// [`Statements::in_place`]: key, value, `updated_at`, tombstone flag,
+    /// and where and by whom each was written (`ctid`, `xmin`). Read
+    /// through the day's index. `COPY` takes no parameters: the text
+    /// before the day's date (`YYYY-MM-DD`), after it (where more
+    /// conditions and a `LIMIT` may follow), and last.
+    pub(crate) day_rows: [String; 3],
+    /// The write of records that each replace a stored row of their own
+    /// day read by [`Statements::day_rows`]: each row updated where it
+    /// lies (`$1` its `ctid`), only if it still holds the key `$2` and is
+    /// of the day `$6` and the very version read (its `xmin` `$7`), with the
+    /// value, instant and flag `$3`–`$5` and the
+    /// typed columns `$8…`. Returns the rows updated. Run with hash and
+    /// merge joins off, so that each row is found by its `ctid` from the
+    /// arrays in their order: rows are locked in key order, as every
+    /// other write locks them.
+    pub(crate) in_place: String,
     /// Whether no stored key lies in `[$1, $2]`: one index descent.
     pub(crate) key_range_empty: String,
     /// Whether none of the keys `$1` (sorted) is stored: one index descent
@@ -717,6 +734,41 @@ FROM (SELECT * FROM unnest($1::date[], $2::bool[]) AS u(day, exclusive)
 FROM (SELECT key, value, updated_at, deleted FROM {t} WHERE event_date = $1::date OFFSET 0) r
 WHERE r.key >= $2::text COLLATE "C" AND r.key <= $3::text COLLATE "C""#
             ),
+            day_rows: [
+                format!(
+                    "COPY (SELECT key, value, updated_at, deleted, ctid, xmin FROM {t} \
+                     WHERE event_date = '"
+                ),
+                "'::date".to_owned(),
+                ") TO STDOUT (FORMAT binary)".to_owned(),
+            ],
+            in_place: {
+                let typed_arrays: String = typed
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        format!(
+                            ", ${}::{}",
+                            i + 8,
+                            crate::typed::array_cast(c.column_type())
+                        )
+                    })
+                    .collect();
+                let typed_set: String = quoted
+                    .iter()
+                    .zip(&internal)
+                    .map(|(q, n)| format!(", {q} = u.{n}"))
+                    .collect();
+                format!(
+                    r#"UPDATE {t} AS r
+SET value = u.value, updated_at = u.updated_at, deleted = u.deleted{typed_set}
+FROM unnest($1::tid[], $2::text[], $3::text[], $4::timestamptz[], $5::bool[],
+            $7::xid[]{typed_arrays})
+    AS u(at, key, value, updated_at, deleted, seen{typed_alias})
+WHERE r.ctid = u.at AND r.key = u.key COLLATE "C" AND r.event_date = $6::date
+  AND r.xmin = u.seen"#
+                )
+            },
             // COLLATE "C", as the column: the range is the primary key's
             // byte order, whatever the database's default collation.
             key_range_empty: format!(

@@ -3,7 +3,9 @@
 //! have watermarks, merge the pages, tombstone what a listing lacks, keep
 //! history (when the table does), write the ledger row.
 
+use std::cmp::Ordering;
 use std::future::{poll_fn, Future};
+use std::ops::Range;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
@@ -12,6 +14,7 @@ use backfill_core::adapter::check_value_sizes;
 use backfill_core::columns::{ColumnValue, Columns};
 use backfill_core::{Counts, DayWrite, Error, Record, Result, RunId, SyncedDay};
 use chrono::{DateTime, NaiveDate, Utc};
+use futures_util::StreamExt;
 use sha2::{Digest as _, Sha256};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::error::SqlState;
@@ -123,6 +126,17 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
         merge: tx.prepare_cached(&sql.merge).await.map_err(pg_error)?,
         day_digest: match same_batch {
             true => Some(tx.prepare_cached(&sql.day_digest).await.map_err(pg_error)?),
+            false => None,
+        },
+        // A day synced before, re-fetched: most of its records are
+        // usually its stored rows. Not where a watermark may bury a record
+        // or a listing tombstones, nor when the table keeps history: the
+        // merge decides those.
+        in_place: match synced && !marked && unlisted.is_none() && sql.history.is_none() {
+            true => Some(InPlace {
+                rows: sql.day_rows.clone(),
+                update: tx.prepare_cached(&sql.in_place).await.map_err(pg_error)?,
+            }),
             false => None,
         },
         list: match &unlisted {
@@ -763,6 +777,11 @@ struct Writes {
     /// digest: a slice is then first compared with the day's stored rows
     /// as one digest ([`same_rows`]).
     day_digest: Option<Statement>,
+    /// `Statements::day_rows` and `Statements::in_place`, for a day synced
+    /// before, with no watermark, no listing and no history: a slice is
+    /// first compared with the day's stored rows, record by record
+    /// ([`Writes::in_place`]).
+    in_place: Option<InPlace>,
     /// A listing's statements, when it has rows to tombstone.
     list: Option<Listing>,
     /// Whether a slice is copied without first checking that none of its
@@ -871,6 +890,9 @@ impl Writes {
         // Since the page's savepoint: the slice it was taken before, and
         // the counts then.
         let mut saved: Option<(usize, Counts, (usize, usize))> = None;
+        // A re-fetched day's stored rows, read at its first slice (`None`
+        // inside: too many to read).
+        let mut day_rows: Option<Option<DayRows>> = None;
         for (
             i,
             &Slice {
@@ -902,6 +924,24 @@ impl Writes {
                     counts.unchanged += slice.len() as u64;
                     all_copied = false;
                     continue;
+                }
+            }
+            // A day re-fetched: only what changed is written.
+            if let (Some(in_place), Some(day)) = (self.in_place.clone(), day_scan) {
+                if self.subtransactions < MAX_SUBTRANSACTIONS {
+                    if day_rows.is_none() {
+                        day_rows = Some(DayRows::read(tx, &in_place.rows, day, page).await?);
+                    }
+                    if let Some(Some(stored)) = &day_rows {
+                        let stored = (day, stored);
+                        if self
+                            .in_place(tx, &in_place.update, stored, slice, counts)
+                            .await?
+                        {
+                            all_copied = false;
+                            continue;
+                        }
+                    }
                 }
             }
             // Copied unchecked only where a stored key costs no more than
@@ -977,6 +1017,401 @@ impl Writes {
         Ok(all_copied)
     }
 }
+
+impl Writes {
+    /// Writes `slice` (sorted by key) of a day synced before by what its
+    /// records are against the day's stored rows (`stored`, read once for
+    /// the page): each record equal to its stored row is counted unchanged
+    /// and each older one stale, with nothing sent or written for either.
+    /// If the rest all replace stored rows of the day, they are updated in
+    /// place (`Statements::in_place`), each row found by its `ctid`, only
+    /// if it is still the version read; else, or if another writer changed
+    /// one of those rows since it was read, the rest are merged as any
+    /// slice is.
+    ///
+    /// Deciding on rows read before the write is exact: a row's version
+    /// only ever grows, so a record that is not newer than the row read is
+    /// not newer than the row at any later instant either. The update
+    /// runs under a savepoint: when it misses a row, it is undone (its row
+    /// locks with it) before the merge, which then takes the slice's locks
+    /// in key order, in one pass, as every write does.
+    ///
+    /// Returns `false` (nothing done) when the day has no stored row in
+    /// the slice's key range: records of keys the day never held, for the
+    /// COPY or the merge.
+    async fn in_place(
+        &mut self,
+        tx: &Transaction<'_>,
+        update: &Statement,
+        (day, stored): (NaiveDate, &DayRows),
+        slice: &[Record],
+        counts: &mut Counts,
+    ) -> Result<bool> {
+        let (Some(first), Some(last)) = (slice.first(), slice.last()) else {
+            return Ok(false);
+        };
+        let rows = stored.range(first.key(), last.key());
+        if rows.is_empty() {
+            return Ok(false);
+        }
+        // The records to write, in key order; those of them replacing a
+        // row of the day, with it; and whether any has no row of the day.
+        let mut to_write: Vec<&Record> = Vec::new();
+        let mut replacing: Vec<(&Record, &StoredRow)> = Vec::new();
+        let mut elsewhere = false;
+        let mut rows = rows.iter().peekable();
+        for r in slice {
+            let key = r.key().as_bytes();
+            while rows.next_if(|s| stored.key(s) < key).is_some() {}
+            let row = rows
+                .peek()
+                .filter(|s| stored.key(s) == key && r.event_date() == day);
+            let Some(&row) = row else {
+                elsewhere = true;
+                to_write.push(r);
+                continue;
+            };
+            match stored.cmp_version(row, r) {
+                Ordering::Less => {
+                    to_write.push(r);
+                    replacing.push((r, row));
+                }
+                Ordering::Equal => counts.unchanged += 1,
+                Ordering::Greater => counts.stale += 1,
+            }
+        }
+        if to_write.is_empty() {
+            return Ok(true);
+        }
+        if !elsewhere {
+            self.subtransactions += 1;
+            // Sent together: the update is planned after the settings.
+            let (begun, written) = join2(
+                tx.batch_execute(IN_PLACE_BEGIN),
+                update_in_place(tx, update, (day, &replacing), &self.columns),
+            )
+            .await;
+            begun.map_err(pg_error)?;
+            let written = written?;
+            if written == replacing.len() as u64 {
+                tx.batch_execute(IN_PLACE_END).await.map_err(pg_error)?;
+                for (r, row) in &replacing {
+                    match (r.is_deleted(), row.deleted) {
+                        (true, _) => counts.deleted += 1,
+                        (false, true) => counts.inserted += 1,
+                        (false, false) => counts.updated += 1,
+                    }
+                }
+                return Ok(true);
+            }
+            tx.batch_execute(IN_PLACE_UNDONE).await.map_err(pg_error)?;
+        }
+        let out = (&mut *counts, &mut self.displaced);
+        merge_until_settled(
+            tx,
+            &self.merge,
+            slice,
+            to_write,
+            Some(day),
+            &self.columns,
+            out,
+        )
+        .await?;
+        Ok(true)
+    }
+}
+
+/// The statements of [`Writes::in_place`].
+#[derive(Debug, Clone)]
+struct InPlace {
+    /// `Statements::day_rows`.
+    rows: [String; 3],
+    /// `Statements::in_place`.
+    update: Statement,
+}
+
+/// A day's stored rows as `Statements::day_rows` sends them, sorted by
+/// key: each row's fields are ranges of the bytes received.
+#[derive(Debug, Default)]
+struct DayRows {
+    bytes: Vec<u8>,
+    rows: Vec<StoredRow>,
+}
+
+/// A stored row of [`DayRows`].
+#[derive(Debug)]
+struct StoredRow {
+    key: Range<usize>,
+    value: Range<usize>,
+    /// Microseconds since 2000-01-01, as Postgres sends a `timestamptz`.
+    updated_at: i64,
+    deleted: bool,
+    /// Where it lies (`ctid`) and the transaction that wrote it (`xmin`),
+    /// as Postgres sends them.
+    at: Tid,
+    seen: Xid,
+}
+
+impl DayRows {
+    /// Day `day`'s stored rows (`Statements::day_rows`, its text), to
+    /// compare `page` with: `None` when they are too many or too large to
+    /// hold at once (more than twice the page's records and a hundred, or
+    /// more than [`DAY_ROWS_BYTES`]), for the merge to compare.
+    async fn read(
+        tx: &Transaction<'_>,
+        text: &[String; 3],
+        day: NaiveDate,
+        page: &[Record],
+    ) -> Result<Option<Self>> {
+        let limit = 2 * page.len() + 100;
+        let copy = format!(
+            "{}{}{} LIMIT {}{}",
+            text[0],
+            day.format("%Y-%m-%d"),
+            text[1],
+            limit + 1,
+            text[2]
+        );
+        let Some(bytes) = copy_bytes(tx.copy_out(copy.as_str())).await? else {
+            return Ok(None);
+        };
+        let mut day = Self::parse(bytes).map_err(|e| {
+            Error::backend(
+                BACKEND,
+                false,
+                format!("reading the day's stored rows: {e}"),
+            )
+        })?;
+        if day.rows.len() > limit {
+            return Ok(None);
+        }
+        let Self { bytes, rows } = &mut day;
+        // By bytes, as the primary key's "C" collation orders keys.
+        rows.sort_unstable_by(|a, b| bytes[a.key.clone()].cmp(&bytes[b.key.clone()]));
+        Ok(Some(day))
+    }
+
+    /// The rows of binary `COPY` output of `Statements::day_rows`' six
+    /// columns, in the order received.
+    fn parse(bytes: Vec<u8>) -> std::result::Result<Self, String> {
+        const SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
+        if bytes.get(..SIGNATURE.len()) != Some(SIGNATURE) {
+            return Err("not binary COPY output".into());
+        }
+        let mut read = Cursor {
+            bytes: &bytes,
+            at: SIGNATURE.len(),
+        };
+        // Flags, then the header extension's length and the extension.
+        read.int(4)?;
+        let extension = read.int(4)?;
+        read.take(extension as usize)?;
+        let mut rows = Vec::new();
+        loop {
+            match read.int(2)? {
+                // The trailer: -1 in 16 bits.
+                0xffff => break,
+                6 => {}
+                n => return Err(format!("a row of {n} fields")),
+            }
+            let key = read.field(None)?;
+            let value = read.field(None)?;
+            let updated_at = read.field(Some(8))?;
+            let deleted = read.field(Some(1))?;
+            let tid = read.field(Some(6))?;
+            let xid = read.field(Some(4))?;
+            rows.push(StoredRow {
+                key,
+                value,
+                updated_at: i64::from_be_bytes(bytes[updated_at].try_into().expect("8 bytes")),
+                deleted: bytes[deleted.start] != 0,
+                at: Tid(bytes[tid].try_into().expect("6 bytes")),
+                seen: Xid(bytes[xid].try_into().expect("4 bytes")),
+            });
+        }
+        Ok(Self { bytes, rows })
+    }
+
+    /// The rows with keys from `first` to `last`.
+    fn range(&self, first: &str, last: &str) -> &[StoredRow] {
+        let from = self
+            .rows
+            .partition_point(|r| self.key(r) < first.as_bytes());
+        let to = self
+            .rows
+            .partition_point(|r| self.key(r) <= last.as_bytes());
+        &self.rows[from..to.max(from)]
+    }
+
+    fn key(&self, row: &StoredRow) -> &[u8] {
+        &self.bytes[row.key.clone()]
+    }
+
+    /// `row`'s version against `record`'s, of the same key and day, as
+    /// [`Record::cmp_version`] orders them.
+    fn cmp_version(&self, row: &StoredRow, record: &Record) -> Ordering {
+        row.updated_at
+            .cmp(&micros_since_2000(record.updated_at()))
+            .then_with(|| row.deleted.cmp(&record.is_deleted()))
+            .then_with(|| self.bytes[row.value.clone()].cmp(record.value().as_bytes()))
+    }
+}
+
+/// A reader of binary `COPY` output.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Cursor<'_> {
+    /// The next `n` bytes' range.
+    fn take(&mut self, n: usize) -> std::result::Result<Range<usize>, String> {
+        let range = self.at..self.at.saturating_add(n);
+        match self.bytes.get(range.clone()) {
+            Some(_) => {
+                self.at = range.end;
+                Ok(range)
+            }
+            None => Err("cut short".into()),
+        }
+    }
+
+    /// The next `n` bytes (at most 4) as a big-endian integer.
+    fn int(&mut self, n: usize) -> std::result::Result<u32, String> {
+        let range = self.take(n)?;
+        Ok(self.bytes[range]
+            .iter()
+            .fold(0, |acc, &b| acc << 8 | u32::from(b)))
+    }
+
+    /// The next field's bytes, which must be `width` long if given (a
+    /// `NULL`, length -1, is never sent: every column is `NOT NULL`).
+    fn field(&mut self, width: Option<usize>) -> std::result::Result<Range<usize>, String> {
+        let n = self.int(4)? as usize;
+        if n > i32::MAX as usize || width.is_some_and(|w| n != w) {
+            return Err(format!("a field of {n} bytes"));
+        }
+        self.take(n)
+    }
+}
+
+/// All that `copy` sends; `None` past [`DAY_ROWS_BYTES`] (the rest is
+/// read and dropped by the connection).
+async fn copy_bytes(
+    copy: impl Future<
+        Output = std::result::Result<tokio_postgres::CopyOutStream, tokio_postgres::Error>,
+    >,
+) -> Result<Option<Vec<u8>>> {
+    let stream = copy.await.map_err(pg_error)?;
+    let mut stream = pin!(stream);
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        bytes.extend_from_slice(&chunk.map_err(pg_error)?);
+        if bytes.len() > DAY_ROWS_BYTES {
+            return Ok(None);
+        }
+    }
+    Ok(Some(bytes))
+}
+
+/// The most bytes of stored rows [`DayRows::read`] holds at once.
+const DAY_ROWS_BYTES: usize = 128 << 20;
+
+/// `at` as Postgres sends a `timestamptz`: microseconds since 2000-01-01
+/// UTC (a record's instant is whole microseconds, years 1 to 9999).
+fn micros_since_2000(at: DateTime<Utc>) -> i64 {
+    const EPOCH_2000: i64 = 946_684_800_000_000;
+    at.timestamp_micros() - EPOCH_2000
+}
+
+/// A row's `ctid` as Postgres sends it: its block and its offset.
+#[derive(Debug, Clone, Copy)]
+struct Tid([u8; 6]);
+
+/// A transaction id (`xid`) as Postgres sends it.
+#[derive(Debug, Clone, Copy)]
+struct Xid([u8; 4]);
+
+impl ToSql for Tid {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(&self.0);
+        Ok(IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::TID
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+impl ToSql for Xid {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(&self.0);
+        Ok(IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::XID
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+/// Runs `Statements::in_place` on `replacing`, in key order; returns the
+/// rows it updated.
+async fn update_in_place(
+    tx: &Transaction<'_>,
+    update: &Statement,
+    (day, replacing): (NaiveDate, &[(&Record, &StoredRow)]),
+    columns: &Columns,
+) -> Result<u64> {
+    let records = replacing.iter().map(|(r, _)| *r);
+    let fields = RecordArrays::new(records.clone());
+    let at: Vec<Tid> = replacing.iter().map(|(_, s)| s.at).collect();
+    let seen: Vec<Xid> = replacing.iter().map(|(_, s)| s.seen).collect();
+    let flat = typed_rows(columns, records)?;
+    let arrays = typed::arrays(columns.len(), &flat);
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        &at,
+        &fields.keys,
+        &fields.values,
+        &fields.instants,
+        &fields.deleted,
+        &day,
+        &seen,
+    ];
+    params.extend(arrays.iter().map(|a| a as &(dyn ToSql + Sync)));
+    tx.execute(update, &params).await.map_err(pg_error)
+}
+
+/// Before `Statements::in_place`: a savepoint to undo it to, and no plan
+/// but a nested loop from the arrays, in their (key) order, to each row
+/// by its `ctid` (the settings end with the transaction, or are undone
+/// with the savepoint).
+const IN_PLACE_BEGIN: &str = "SAVEPOINT backfill_in_place; \
+    SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; \
+    SET LOCAL enable_seqscan = off; SET LOCAL enable_indexscan = off; \
+    SET LOCAL enable_indexonlyscan = off; SET LOCAL enable_bitmapscan = off";
+
+/// After `Statements::in_place` wrote every row: the planner as it was.
+const IN_PLACE_END: &str = "SET LOCAL enable_hashjoin TO DEFAULT; \
+    SET LOCAL enable_mergejoin TO DEFAULT; SET LOCAL enable_seqscan TO DEFAULT; \
+    SET LOCAL enable_indexscan TO DEFAULT; SET LOCAL enable_indexonlyscan TO DEFAULT; \
+    SET LOCAL enable_bitmapscan TO DEFAULT; RELEASE SAVEPOINT backfill_in_place";
+
+/// After `Statements::in_place` missed a row another writer changed: its
+/// writes, row locks and settings undone.
+const IN_PLACE_UNDONE: &str =
+    "ROLLBACK TO SAVEPOINT backfill_in_place; RELEASE SAVEPOINT backfill_in_place";
 
 /// The statements that tell whether a slice's keys are all absent:
 /// `Statements::key_range_empty` and `Statements::keys_absent`.

@@ -32,6 +32,7 @@ mod columns;
 mod conformance;
 mod first_pass;
 mod history;
+mod in_place;
 mod large_values;
 mod ledger;
 mod open;

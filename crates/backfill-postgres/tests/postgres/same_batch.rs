@@ -12,7 +12,7 @@ use backfill_postgres::PostgresStore;
 use backfill_testkit as testkit;
 
 /// A store of one connection, whose statistics [`key_lookups`] flushes.
-async fn store(url: &str) -> PostgresStore {
+pub(crate) async fn store(url: &str) -> PostgresStore {
     PostgresStore::builder()
         .schema(testkit::unique_schema())
         .pool_size(1)
@@ -24,7 +24,7 @@ async fn store(url: &str) -> PostgresStore {
 /// Index scans of the table's primary key so far, as the statistics
 /// show them once flushed: the merge reaches keys through it, the digest
 /// of a day does not.
-async fn key_lookups(admin: &Client, store: &PostgresStore) -> i64 {
+pub(crate) async fn key_lookups(admin: &Client, store: &PostgresStore) -> i64 {
     // The store's one session flushes its statistics before it answers
     // the statement after this one.
     let own = store.pool().get().await.unwrap();
@@ -49,7 +49,7 @@ async fn key_lookups(admin: &Client, store: &PostgresStore) -> i64 {
 }
 
 /// Each row's `xmin`: a row written again has a new one.
-async fn versions(admin: &Client, store: &PostgresStore) -> Vec<(String, String)> {
+pub(crate) async fn versions(admin: &Client, store: &PostgresStore) -> Vec<(String, String)> {
     let sql = format!(
         r#"SELECT key, xmin::text FROM "{}"."{}" ORDER BY key"#,
         store.schema(),
