@@ -14,6 +14,10 @@
 //! - `first_pass`: the COPY of a chunk found absent raced by another
 //!   writer (counts exact, the apply's writes undone and merged), writers
 //!   with different chunks never deadlocking.
+//! - `in_place`: a re-fetched day compared with its stored rows: only its
+//!   changed rows written, where they lie; a key the day lacks, or a row
+//!   another writer changed between the read and the update, merged.
+//! - `same_batch`: a batch applied again compared as one digest.
 //! - `history`: a re-run writes no history tuple, writers cut into
 //!   different pages never deadlock on it, turning it on, its objects
 //!   checked on open, and the analyst's SQL against its view.
