@@ -1395,15 +1395,18 @@ async fn update_in_place(
 
 /// Before `Statements::in_place`: a savepoint to undo it to, and no plan
 /// but a nested loop from the arrays, in their (key) order, to each row
-/// by its `ctid` (the settings end with the transaction, or are undone
-/// with the savepoint).
+/// by its `ctid`, whatever the table's size or the session's settings
+/// (undone with the savepoint, or by [`IN_PLACE_END`]).
 const IN_PLACE_BEGIN: &str = "SAVEPOINT backfill_in_place; \
+    SET LOCAL enable_nestloop = on; SET LOCAL enable_tidscan = on; \
     SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; \
     SET LOCAL enable_seqscan = off; SET LOCAL enable_indexscan = off; \
     SET LOCAL enable_indexonlyscan = off; SET LOCAL enable_bitmapscan = off";
 
-/// After `Statements::in_place` wrote every row: the planner as it was.
-const IN_PLACE_END: &str = "SET LOCAL enable_hashjoin TO DEFAULT; \
+/// After `Statements::in_place` wrote every row: the planner's settings
+/// back to the session's defaults.
+const IN_PLACE_END: &str = "SET LOCAL enable_nestloop TO DEFAULT; \
+    SET LOCAL enable_tidscan TO DEFAULT; SET LOCAL enable_hashjoin TO DEFAULT; \
     SET LOCAL enable_mergejoin TO DEFAULT; SET LOCAL enable_seqscan TO DEFAULT; \
     SET LOCAL enable_indexscan TO DEFAULT; SET LOCAL enable_indexonlyscan TO DEFAULT; \
     SET LOCAL enable_bitmapscan TO DEFAULT; RELEASE SAVEPOINT backfill_in_place";
