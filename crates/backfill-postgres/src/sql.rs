@@ -513,17 +513,21 @@ impl Statements {
         // store's own, their arrays `$7…` after the day scan's `$6`.
         let typed_names = crate::typed::names(typed);
         let quoted: Vec<String> = typed.iter().map(|c| format!(r#""{}""#, c.name())).collect();
-        let typed_arrays: String = typed
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                format!(
-                    ", ${}::{}",
-                    i + 7,
-                    crate::typed::array_cast(c.column_type())
-                )
-            })
-            .collect();
+        // Their arrays' parameters, from `$first` on.
+        let typed_arrays_from = |first: usize| -> String {
+            typed
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    format!(
+                        ", ${}::{}",
+                        i + first,
+                        crate::typed::array_cast(c.column_type())
+                    )
+                })
+                .collect()
+        };
+        let typed_arrays = typed_arrays_from(7);
         // Inside the statement they are `tc0`, `tc1`, …: a typed column may
         // be named like one of its own (`action`, `seen`).
         let internal: Vec<String> = (0..typed.len()).map(|i| format!("tc{i}")).collect();
@@ -743,17 +747,7 @@ WHERE r.key >= $2::text COLLATE "C" AND r.key <= $3::text COLLATE "C""#
                 ") TO STDOUT (FORMAT binary)".to_owned(),
             ],
             in_place: {
-                let typed_arrays: String = typed
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| {
-                        format!(
-                            ", ${}::{}",
-                            i + 8,
-                            crate::typed::array_cast(c.column_type())
-                        )
-                    })
-                    .collect();
+                let typed_arrays = typed_arrays_from(8);
                 let typed_set: String = quoted
                     .iter()
                     .zip(&internal)

@@ -1172,7 +1172,7 @@ impl DayRows {
             limit + 1,
             text[2]
         );
-        let Some(bytes) = copy_bytes(tx.copy_out(copy.as_str())).await? else {
+        let Some(bytes) = copy_bytes(tx, &copy).await? else {
             return Ok(None);
         };
         let mut day = Self::parse(bytes).map_err(|e| {
@@ -1295,14 +1295,10 @@ impl Cursor<'_> {
     }
 }
 
-/// All that `copy` sends; `None` past [`DAY_ROWS_BYTES`] (the rest is
-/// read and dropped by the connection).
-async fn copy_bytes(
-    copy: impl Future<
-        Output = std::result::Result<tokio_postgres::CopyOutStream, tokio_postgres::Error>,
-    >,
-) -> Result<Option<Vec<u8>>> {
-    let stream = copy.await.map_err(pg_error)?;
+/// All that the `COPY … TO STDOUT` statement `copy` sends; `None` past
+/// [`DAY_ROWS_BYTES`] (the rest is read and dropped by the connection).
+async fn copy_bytes(tx: &Transaction<'_>, copy: &str) -> Result<Option<Vec<u8>>> {
+    let stream = tx.copy_out(copy).await.map_err(pg_error)?;
     let mut stream = pin!(stream);
     let mut bytes = Vec::new();
     while let Some(chunk) = stream.next().await {
@@ -1332,39 +1328,30 @@ struct Tid([u8; 6]);
 #[derive(Debug, Clone, Copy)]
 struct Xid([u8; 4]);
 
-impl ToSql for Tid {
-    fn to_sql(
-        &self,
-        _: &Type,
-        out: &mut BytesMut,
-    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        out.extend_from_slice(&self.0);
-        Ok(IsNull::No)
-    }
+/// Sends a system column's value as the bytes Postgres sent for it.
+macro_rules! sent_as_received {
+    ($name:ident, $ty:expr) => {
+        impl ToSql for $name {
+            fn to_sql(
+                &self,
+                _: &Type,
+                out: &mut BytesMut,
+            ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+                out.extend_from_slice(&self.0);
+                Ok(IsNull::No)
+            }
 
-    fn accepts(ty: &Type) -> bool {
-        *ty == Type::TID
-    }
+            fn accepts(ty: &Type) -> bool {
+                *ty == $ty
+            }
 
-    tokio_postgres::types::to_sql_checked!();
+            tokio_postgres::types::to_sql_checked!();
+        }
+    };
 }
 
-impl ToSql for Xid {
-    fn to_sql(
-        &self,
-        _: &Type,
-        out: &mut BytesMut,
-    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        out.extend_from_slice(&self.0);
-        Ok(IsNull::No)
-    }
-
-    fn accepts(ty: &Type) -> bool {
-        *ty == Type::XID
-    }
-
-    tokio_postgres::types::to_sql_checked!();
-}
+sent_as_received!(Tid, Type::TID);
+sent_as_received!(Xid, Type::XID);
 
 /// Runs `Statements::in_place` on `replacing`, in key order; returns the
 /// rows it updated.
