@@ -757,11 +757,26 @@ pub(crate) async fn prepare(
              \"{table}:listings\")"
         )));
     }
-    if look(tx, schema, table, typed, changes).await?.complete() {
-        return Ok(HistoryOpened {
-            on: true,
-            started_with: None,
-        });
+    // History in step, the usual case, is looked at without a lock;
+    // anything else is looked at again under the schema's creation lock
+    // before it is refused or changed (a look taken while another open
+    // changes history may be torn, or fail).
+    let on = HistoryOpened {
+        on: true,
+        started_with: None,
+    };
+    if look(tx, schema, table, typed, changes)
+        .await
+        .is_ok_and(|l| l.complete())
+    {
+        return Ok(on);
+    }
+    tx.execute(sql::CREATE_LOCK, &[&format!("backfill:{schema}")])
+        .await
+        .map_err(open_error)?;
+    let looked = look(tx, schema, table, typed, changes).await?;
+    if looked.complete() {
+        return Ok(on);
     }
     if !create {
         return Err(open_error(format!(
@@ -774,11 +789,6 @@ pub(crate) async fn prepare(
             view_name(table),
         )));
     }
-    // Under the schema's creation lock, looked at again.
-    tx.execute(sql::CREATE_LOCK, &[&format!("backfill:{schema}")])
-        .await
-        .map_err(open_error)?;
-    let looked = look(tx, schema, table, typed, changes).await?;
     let ddl_error = |what: String| {
         move |e: tokio_postgres::Error| {
             open_error(format!(

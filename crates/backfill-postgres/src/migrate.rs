@@ -44,12 +44,26 @@ pub(crate) async fn prepare(
     tx.batch_execute(sql::DEPARSE_SETTINGS)
         .await
         .map_err(open_error)?;
+    // The usual case, everything in place, is read without a lock. A read
+    // that fails, or finds anything to do or to refuse, is taken again
+    // under the schema's creation lock before anything is decided: another
+    // open's upgrade committing between two of the read's queries leaves
+    // it torn (a constraint gone between them) or failing, and concurrent
+    // first opens would race to create the same things.
+    if let Ok(found) = schema::inspect(&**tx, schema, name).await {
+        if in_place(&found, typed, changes) {
+            return Ok(());
+        }
+    }
+    tx.execute(sql::CREATE_LOCK, &[&format!("backfill:{schema}")])
+        .await
+        .map_err(open_error)?;
     let mut found = schema::inspect(&**tx, schema, name)
         .await
         .map_err(open_error)?;
     // Tables of another shape, or of a newer release, are refused
     // before anything is created or upgraded beside them.
-    let mut dropping = changing(&found, typed, changes)?;
+    let dropping = changing(&found, typed, changes)?;
     check(schema, name, &found, typed, &dropping)?;
     let adding = absent(&found, typed, &dropping)?;
     let missing_indexes = unindexed(&found, typed);
@@ -82,17 +96,6 @@ pub(crate) async fn prepare(
         }
         return Err(open_error(missing(schema, name, &found)));
     }
-    // Concurrent first opens would race to create the same things;
-    // an advisory lock held to the end of the transaction serialises
-    // them, and the catalog is read again under it.
-    tx.execute(sql::CREATE_LOCK, &[&format!("backfill:{schema}")])
-        .await
-        .map_err(open_error)?;
-    found = schema::inspect(&**tx, schema, name)
-        .await
-        .map_err(open_error)?;
-    dropping = changing(&found, typed, changes)?;
-    check(schema, name, &found, typed, &dropping)?;
     create_or_upgrade(tx, schema, name, &found, (typed, fill_factor)).await?;
     if !dropping.is_empty() {
         drop_columns(tx, schema, name, &dropping).await?;
@@ -136,6 +139,20 @@ pub(crate) async fn prepare(
         )));
     }
     Ok(())
+}
+
+/// Whether `found` is the schema as the store makes it for `typed`: every
+/// table complete and of its shape, no typed column to add, change or
+/// index. Anything else, a refusal included, is decided under the lock.
+fn in_place(found: &Found, typed: &Columns, changes: bool) -> bool {
+    let Ok(dropping) = changing(found, typed, changes) else {
+        return false;
+    };
+    found.complete()
+        && dropping.is_empty()
+        && check("", "", found, typed, &dropping).is_ok()
+        && absent(found, typed, &dropping).is_ok_and(|adding| adding.is_empty())
+        && unindexed(found, typed).is_empty()
 }
 
 /// The typed columns the declaration indexes that the existing table has

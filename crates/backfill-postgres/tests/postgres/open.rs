@@ -690,21 +690,11 @@ async fn catalog_versions(admin: &Client, schema: &str, table: &str) -> (String,
     (row.get(0), row.get(1))
 }
 
-/// A table of schema version 1 (what the release before tombstones
-/// created, rows and all) is upgraded in place by the first open, even by
-/// several at once: every row kept, live; writes then work; opening again
-/// changes nothing.
-#[tokio::test]
-async fn a_version_1_table_is_upgraded_in_place() {
-    let Some(url) = testkit::url().await else {
-        return;
-    };
-    let admin = crate::admin(&url).await;
-    let schema = testkit::unique_schema();
-    // The DDL of version 1 (commit d5cb5de), verbatim.
-    admin
-        .batch_execute(&format!(
-            r#"CREATE SCHEMA {schema};
+/// The DDL of schema version 1 (commit d5cb5de), verbatim, with three
+/// rows.
+fn v1_ddl(schema: &str) -> String {
+    format!(
+        r#"CREATE SCHEMA {schema};
 CREATE TABLE IF NOT EXISTS "{schema}"."records" (
     key        text COLLATE "C" PRIMARY KEY CHECK (octet_length(key) BETWEEN 1 AND 512),
     event_date date NOT NULL CHECK (event_date BETWEEN '0001-01-01' AND '9999-12-31'),
@@ -716,9 +706,21 @@ INSERT INTO {schema}.records VALUES
     ('a', '2026-01-01', '1', '2026-01-01 00:00:00+00'),
     ('b', '2026-01-01', '', '2026-01-01 00:00:00+00'),
     ('c', '2026-01-02', '3', '2026-01-02 00:00:00+00');"#
-        ))
-        .await
-        .unwrap();
+    )
+}
+
+/// A table of schema version 1 (what the release before tombstones
+/// created, rows and all) is upgraded in place by the first open, even by
+/// several at once: every row kept, live; writes then work; opening again
+/// changes nothing.
+#[tokio::test]
+async fn a_version_1_table_is_upgraded_in_place() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let admin = crate::admin(&url).await;
+    let schema = testkit::unique_schema();
+    admin.batch_execute(&v1_ddl(&schema)).await.unwrap();
     let open = || {
         PostgresStore::builder()
             .schema(schema.clone())
@@ -790,6 +792,36 @@ INSERT INTO {schema}.records VALUES
         assert_eq!(again.rows().await.unwrap().len(), 2);
     }
     assert_eq!(catalog_versions(&admin, &schema, "records").await, before);
+}
+
+/// Opens racing an upgrade, round after round, each open the upgraded
+/// table: a catalog read taken while another open's upgrade commits is
+/// taken again under the schema's lock, not refused or failed.
+#[tokio::test]
+async fn opens_racing_an_upgrade_all_open_it() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let admin = crate::admin(&url).await;
+    for _ in 0..8 {
+        let schema = testkit::unique_schema();
+        admin.batch_execute(&v1_ddl(&schema)).await.unwrap();
+        let opens = (0..6).map(|_| {
+            PostgresStore::builder()
+                .schema(schema.clone())
+                .table("records")
+                .connect(&url)
+        });
+        for (i, opened) in futures_util::future::join_all(opens)
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            let store = opened.unwrap_or_else(|e| panic!("open {i} of {schema}: {e}"));
+            assert_eq!(store.rows().await.unwrap().len(), 3);
+        }
+        assert_eq!(version_of(&admin, &schema, "records").await, 3);
+    }
 }
 
 /// A role that may not run DDL on a version-1 table (a least-privilege
