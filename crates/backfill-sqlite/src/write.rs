@@ -122,9 +122,14 @@ pub(crate) fn apply_day(
             page = next_page(w, day)?;
             continue;
         }
-        merge_page(&tx, w, (&watermarks, &listings), &this, &mut counts)?;
         if listing.is_some() {
+            merge_page(&tx, w, (&watermarks, &listings), &this, &mut counts)?;
             stage_keys(&tx, w, &this.records)?;
+        } else {
+            // A day fetched again is mostly its stored rows: those are
+            // found in one ordered read of the day's rows and not merged.
+            let this = without_stored(&tx, w.sql, day.day(), this, &mut counts)?;
+            merge_page(&tx, w, (&watermarks, &listings), &this, &mut counts)?;
         }
         page = next_page(w, day)?;
     }
@@ -302,6 +307,71 @@ fn same_rows(
         }
     }
     Ok(rows.next().map_err(backend)?.is_none())
+}
+
+/// `page` without its records that equal their stored rows of `day`
+/// (key, day, value, instant and flag), each counted unchanged: what the
+/// merge would make of them, without a statement each. The day's rows in
+/// the page's key range are read once, in key order, beside the page's
+/// records, in key order too; in the write's transaction, so no other
+/// writer changes them meanwhile.
+fn without_stored(
+    conn: &Connection,
+    sql: &Statements,
+    day: NaiveDate,
+    page: Page,
+    counts: &mut Counts,
+) -> Result<Page> {
+    let (Some(first), Some(last)) = (page.records.first(), page.records.last()) else {
+        return Ok(page);
+    };
+    let mut read = conn.prepare_cached(&sql.day_range).map_err(backend)?;
+    let mut rows = read
+        .query(params![format_date(day), first.key(), last.key()])
+        .map_err(backend)?;
+    let mut row = rows.next().map_err(backend)?;
+    let mut stored = vec![false; page.records.len()];
+    for (i, record) in page.records.iter().enumerate() {
+        // The rows before this record's key are of keys the page lacks.
+        while let Some(r) = row {
+            match r.get_ref(0).map_err(backend)?.as_str() {
+                Ok(key) if key < record.key() => row = rows.next().map_err(backend)?,
+                _ => break,
+            }
+        }
+        let Some(r) = row else {
+            break;
+        };
+        stored[i] = record.event_date() == day
+            && r.get_ref(0).map_err(backend)?.as_str().ok() == Some(record.key())
+            && r.get_ref(1).map_err(backend)?.as_str().ok() == Some(record.value())
+            && r.get_ref(2).map_err(backend)?.as_str().ok()
+                == Some(format_instant(record.updated_at()).as_str())
+            && r.get_ref(3).map_err(backend)?.as_i64().ok() == Some(i64::from(record.is_deleted()));
+    }
+    drop(rows);
+    let found = stored.iter().filter(|s| **s).count();
+    if found == 0 {
+        return Ok(page);
+    }
+    counts.unchanged += found as u64;
+    let n = page.columns;
+    let mut typed = page.typed.into_iter();
+    let mut kept = Page {
+        records: Vec::with_capacity(page.records.len() - found),
+        typed: Vec::with_capacity((page.records.len() - found) * n),
+        columns: n,
+    };
+    for (record, stored) in page.records.into_iter().zip(stored) {
+        let values = typed.by_ref().take(n);
+        if stored {
+            values.for_each(drop);
+        } else {
+            kept.records.push(record);
+            kept.typed.extend(values);
+        }
+    }
+    Ok(kept)
 }
 
 /// Merges one page's records, in key order, and counts what happens to
