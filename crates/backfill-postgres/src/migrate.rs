@@ -1,7 +1,8 @@
 //! Bringing a schema to the store's tables on open, in the open's
 //! transaction: the catalog read ([`schema::inspect`]), every table that
-//! exists checked ([`schema::verify`]), then, if anything is missing or
-//! old, the same again under the schema's creation lock, what is missing
+//! exists checked ([`schema::verify`]), then, if anything is missing, old
+//! or refused (or the read failed), the same again under the schema's
+//! creation lock, where it is decided, what is missing
 //! created and what is old upgraded in place ([`create_or_upgrade`]), and
 //! the result checked once more.
 //!

@@ -6,7 +6,7 @@
 //! batch through the merge, which judges each record as ever.
 
 use backfill_core::conformance::fixtures::{awkward_day as batch, day};
-use backfill_core::{upsert, Counts, Store, WriteOptions};
+use backfill_core::{upsert, Counts, Record, Store, WriteOptions};
 use backfill_sqlite::SqliteStore;
 
 use super::raw;
@@ -40,6 +40,21 @@ type Tamper = (&'static str, &'static str, fn(&Counts) -> bool);
 
 #[tokio::test]
 async fn a_row_that_differs_in_anything_the_merge_reads_is_never_taken_as_unchanged() {
+    tampered_rows_are_merged(false).await;
+}
+
+/// The same tampered rows under a day fetched again with one other record
+/// changed upstream (no longer the batch applied before): the records
+/// equal to their rows, found in one ordered read of the day, are counted
+/// unchanged, and the tampered row still goes to the merge.
+#[tokio::test]
+async fn a_lookback_day_takes_only_rows_equal_in_everything_as_unchanged() {
+    tampered_rows_are_merged(true).await;
+}
+
+/// Each tampering case on a fresh store; with `lookback`, `a/ünï` is
+/// also newer in the batch applied again.
+async fn tampered_rows_are_merged(lookback: bool) {
     let cases: [Tamper; 4] = [
         // Older by one microsecond: the record is newer and is written.
         ("f/03", "updated_at = '2026-01-01T00:00:02.999999Z'", |c| {
@@ -76,11 +91,30 @@ async fn a_row_that_differs_in_anything_the_merge_reads_is_never_taken_as_unchan
             )
             .unwrap();
         assert_eq!(changed, 1, "case {i}");
-        let again = upsert(&store, day(0), batch(), WriteOptions::default())
+        let mut fetched = batch();
+        if lookback {
+            let r = &fetched[0];
+            assert_eq!(r.key(), "a/ünï");
+            let newer = r.updated_at() + chrono::Duration::hours(1);
+            fetched[0] = Record::new(r.key(), r.event_date(), r.value(), newer).unwrap();
+        }
+        let before = store.total_changes().await.unwrap();
+        let mut again = upsert(&store, day(0), fetched.clone(), WriteOptions::default())
             .await
             .unwrap();
+        let written = store.total_changes().await.unwrap() - before;
+        if lookback {
+            // `a/ünï` updated; the rest as without it.
+            assert!(again.updated >= 1, "case {i}: {again:?}");
+            again.updated -= 1;
+            again.unchanged += 1;
+        }
         assert!(expect(&again), "case {i}: {again:?}");
-        let mut want = batch();
+        // The ledger's row and its timing, `a/ünï`, and the tampered row
+        // unless it is newer: nothing else is written.
+        let rows = u64::from(lookback) + again.updated;
+        assert_eq!(written, 2 + rows, "case {i}: {again:?}");
+        let mut want = fetched;
         if set.starts_with("deleted") {
             want.retain(|r| r.key() != *key);
         }
