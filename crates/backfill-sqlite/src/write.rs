@@ -298,18 +298,23 @@ fn same_rows(
         let Some(row) = rows.next().map_err(backend)? else {
             return Ok(false);
         };
-        let same = record.event_date() == day
-            && row.get_ref(0).map_err(backend)?.as_str().ok() == Some(record.key())
-            && row.get_ref(1).map_err(backend)?.as_str().ok() == Some(record.value())
-            && row.get_ref(2).map_err(backend)?.as_str().ok()
-                == Some(format_instant(record.updated_at()).as_str())
-            && row.get_ref(3).map_err(backend)?.as_i64().ok()
-                == Some(i64::from(record.is_deleted()));
-        if !same {
+        if !is_its_row(record, day, row)? {
             return Ok(false);
         }
     }
     Ok(rows.next().map_err(backend)?.is_none())
+}
+
+/// Whether `record` is `row` of [`Statements::day_range`] of `day` in
+/// everything the merge reads: key, day, value, instant and flag.
+fn is_its_row(record: &Record, day: NaiveDate, row: &rusqlite::Row<'_>) -> Result<bool> {
+    let text =
+        |i: usize| -> Result<Option<&str>> { Ok(row.get_ref(i).map_err(backend)?.as_str().ok()) };
+    Ok(record.event_date() == day
+        && text(0)? == Some(record.key())
+        && text(1)? == Some(record.value())
+        && text(2)? == Some(format_instant(record.updated_at()).as_str())
+        && row.get_ref(3).map_err(backend)?.as_i64().ok() == Some(i64::from(record.is_deleted())))
 }
 
 /// How many of a page's first records [`without_stored`] compares before
@@ -355,12 +360,7 @@ fn without_stored(
         let Some(r) = row else {
             break;
         };
-        stored[i] = record.event_date() == day
-            && r.get_ref(0).map_err(backend)?.as_str().ok() == Some(record.key())
-            && r.get_ref(1).map_err(backend)?.as_str().ok() == Some(record.value())
-            && r.get_ref(2).map_err(backend)?.as_str().ok()
-                == Some(format_instant(record.updated_at()).as_str())
-            && r.get_ref(3).map_err(backend)?.as_i64().ok() == Some(i64::from(record.is_deleted()));
+        stored[i] = is_its_row(record, day, r)?;
         found += usize::from(stored[i]);
     }
     drop(rows);
