@@ -53,11 +53,11 @@ pub(crate) struct Writer<'a> {
 /// 2. Each page ([`merge_page`]): its values are checked against the
 ///    length limit, then each record is merged and counted, and (when
 ///    the table keeps history) every record but one identical to its
-///    stored row offered to history. Outside a listing, the page's
-///    records equal to their stored rows are found first, in one ordered
-///    read of the day's rows ([`without_stored`]), and only counted. A
-///    listing merges every record and also stages the page's keys and
-///    versions in [`LISTED`](crate::sql::LISTED).
+///    stored row offered to history. A day of one page (a batch) that is
+///    not a listing first finds its records equal to their stored rows, in
+///    one ordered read of the day's rows ([`without_stored`]), and only
+///    counts them. A listing merges every record and also stages the
+///    page's keys and versions in [`LISTED`](crate::sql::LISTED).
 ///    Keys are unique across the day's pages, so a page's counts are exact
 ///    on their own and no page changes what another finds.
 /// 3. A listing ([`unlist`]): the day's live rows, as every
@@ -102,11 +102,15 @@ pub(crate) fn apply_day(
         tx.execute(LISTED_CREATE, []).map_err(backend)?;
         clear_listed()?;
     }
+    // A day that is one page (a batch) is compared with its stored rows
+    // before the merge; a streamed day's pages are not: each read would
+    // pass over every row its earlier pages wrote.
+    let one_page = day.is_done();
     // 2. A batch of the day's own records, applied before as it is now
     // (the ledger holds its digest), is first compared with the day's
     // stored rows: most likely every record is its stored row.
     let same_batch = listing.is_none()
-        && day.is_done()
+        && one_page
         && day.days() == [day.day()]
         && tx
             .prepare_cached(&w.sql.same_batch)
@@ -125,14 +129,16 @@ pub(crate) fn apply_day(
             page = next_page(w, day)?;
             continue;
         }
+        // A day fetched again is mostly its stored rows: those are found
+        // in one ordered read of the day's rows and not merged. A listing
+        // stages every record's key, and merges them all.
+        let this = match listing.is_none() && one_page {
+            true => without_stored(&tx, w.sql, day.day(), this, &mut counts)?,
+            false => this,
+        };
+        merge_page(&tx, w, (&watermarks, &listings), &this, &mut counts)?;
         if listing.is_some() {
-            merge_page(&tx, w, (&watermarks, &listings), &this, &mut counts)?;
             stage_keys(&tx, w, &this.records)?;
-        } else {
-            // A day fetched again is mostly its stored rows: those are
-            // found in one ordered read of the day's rows and not merged.
-            let this = without_stored(&tx, w.sql, day.day(), this, &mut counts)?;
-            merge_page(&tx, w, (&watermarks, &listings), &this, &mut counts)?;
         }
         page = next_page(w, day)?;
     }
