@@ -52,7 +52,7 @@ pub(crate) async fn prepare(
     // it torn (a constraint gone between them) or failing, and concurrent
     // first opens would race to create the same things.
     if let Ok(found) = schema::inspect(&**tx, schema, name).await {
-        if in_place((schema, name), &found, typed, changes) {
+        if as_made((schema, name), &found, typed, changes) {
             return Ok(());
         }
     }
@@ -145,7 +145,7 @@ pub(crate) async fn prepare(
 /// Whether `found` is the schema as the store makes it for `typed`: every
 /// table complete and of its shape, no typed column to add, change or
 /// index. Anything else, a refusal included, is decided under the lock.
-fn in_place((schema, name): (&str, &str), found: &Found, typed: &Columns, changes: bool) -> bool {
+fn as_made((schema, name): (&str, &str), found: &Found, typed: &Columns, changes: bool) -> bool {
     let Ok(dropping) = changing(found, typed, changes) else {
         return false;
     };

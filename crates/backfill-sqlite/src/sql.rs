@@ -780,9 +780,6 @@ pub(crate) struct Statements {
     pub(crate) update_older: String,
     /// The listing watermark of day `?1`, if any.
     pub(crate) watermark: String,
-    /// Whether day `?1`'s ledger holds digest `?2`: the batch applied last
-    /// was the same records.
-    pub(crate) same_batch: String,
     /// The rows of day `?1` in the key range `[?2, ?3]`, in key order:
     /// key, value, `updated_at`, tombstone flag. The unary `+` keeps the
     /// range out of the index choice (a random-key day's range spans the
@@ -890,10 +887,6 @@ WHERE key = ?1 AND (?4, ?5, ?3, ?2) > (updated_at, deleted, value, event_date)"#
             ),
             watermark: format!(
                 "SELECT listing_watermark FROM {DAYS} WHERE records_table = '{table}' AND day = ?1"
-            ),
-            same_batch: format!(
-                "SELECT EXISTS (SELECT 1 FROM {DAYS} WHERE records_table = '{table}' \
-                 AND day = ?1 AND digest = ?2)"
             ),
             day_range: format!(
                 r#"SELECT key, value, updated_at, deleted FROM "{table}"

@@ -106,32 +106,13 @@ pub(crate) fn apply_day(
     // before the merge; a streamed day's pages are not: each read would
     // pass over every row its earlier pages wrote.
     let one_page = day.is_done();
-    // 2. A batch of the day's own records, applied before as it is now
-    // (the ledger holds its digest), is first compared with the day's
-    // stored rows: most likely every record is its stored row.
-    let same_batch = listing.is_none()
-        && one_page
-        && day.days() == [day.day()]
-        && tx
-            .prepare_cached(&w.sql.same_batch)
-            .and_then(|mut s| {
-                s.query_row(
-                    params![format_date(day.day()), day.digest().to_string()],
-                    |r| r.get(0),
-                )
-            })
-            .map_err(backend)?;
     let mut counts = Counts::default();
     let mut page = first;
     while let Some(this) = page {
-        if same_batch && same_rows(&tx, w.sql, day.day(), &this.records)? {
-            counts.unchanged += this.records.len() as u64;
-            page = next_page(w, day)?;
-            continue;
-        }
-        // A day fetched again is mostly its stored rows: those are found
-        // in one ordered read of the day's rows and not merged. A listing
-        // stages every record's key, and merges them all.
+        // 2. A day fetched again (a batch applied again, or a lookback) is
+        // mostly its stored rows: those are found in one ordered read of
+        // the day's rows and not merged. A listing stages every record's
+        // key, and merges them all.
         let this = match listing.is_none() && one_page {
             true => without_stored(&tx, w.sql, day.day(), this, &mut counts)?,
             false => this,
@@ -279,36 +260,6 @@ fn read_watermarks(
         watermarks.insert(day, mark.flatten());
     }
     Ok(watermarks)
-}
-
-/// Whether every record of `records` (sorted by key, all of `day`) is its
-/// stored row: whether the rows of `day` in their key range are exactly
-/// them, compared field by field as the merge compares versions (the
-/// same text). Such a page needs no write, each record unchanged; any
-/// difference — a changed record, a key stored under another day, a row
-/// of the range the page lacks — and the page is merged as usual.
-fn same_rows(
-    conn: &Connection,
-    sql: &Statements,
-    day: NaiveDate,
-    records: &[Record],
-) -> Result<bool> {
-    let (Some(first), Some(last)) = (records.first(), records.last()) else {
-        return Ok(false);
-    };
-    let mut read = conn.prepare_cached(&sql.day_range).map_err(backend)?;
-    let mut rows = read
-        .query(params![format_date(day), first.key(), last.key()])
-        .map_err(backend)?;
-    for record in records {
-        let Some(row) = rows.next().map_err(backend)? else {
-            return Ok(false);
-        };
-        if !is_its_row(record, day, row)? {
-            return Ok(false);
-        }
-    }
-    Ok(rows.next().map_err(backend)?.is_none())
 }
 
 /// Whether `record` is `row` of [`Statements::day_range`] of `day` in
