@@ -139,18 +139,27 @@ impl Digest {
 }
 
 /// [`Digest::of`] one record at a time, for a day that arrives in pages.
+///
+/// A record's pieces are gathered into a buffer, hashed a buffer at a
+/// time: the hash is of the bytes in order, however they are cut, and one
+/// call per buffer costs far less than one per piece.
 #[derive(Default)]
-pub(crate) struct DigestBuilder(xxhash_rust::xxh3::Xxh3);
+pub(crate) struct DigestBuilder {
+    hasher: xxhash_rust::xxh3::Xxh3,
+    pending: Vec<u8>,
+}
+
+/// The bytes [`DigestBuilder`] gathers before hashing them.
+const DIGEST_BUFFER: usize = 16 << 10;
 
 impl DigestBuilder {
     pub(crate) fn update(&mut self, r: &crate::Record) {
-        let hasher = &mut self.0;
+        let bytes = &mut self.pending;
         // Lengths first, so that no two different batches run together
         // into the same bytes. Between key and value, the date as it is
-        // written (`YYYY-MM-DD`), the instant and the tombstone flag, in one
-        // piece: the hash is of the bytes in order, however they are cut.
-        hasher.update(&(r.key().len() as u64).to_le_bytes());
-        hasher.update(r.key().as_bytes());
+        // written (`YYYY-MM-DD`), the instant and the tombstone flag.
+        bytes.extend_from_slice(&(r.key().len() as u64).to_le_bytes());
+        bytes.extend_from_slice(r.key().as_bytes());
         let mut between = [0u8; 10 + 8 + 1 + 8];
         let date = r.event_date();
         let from = match u32::try_from(date.year()) {
@@ -169,19 +178,25 @@ impl DigestBuilder {
             // Never for a checked record (years 1 to 9999): as chrono
             // writes it.
             _ => {
-                hasher.update(date.to_string().as_bytes());
+                bytes.extend_from_slice(date.to_string().as_bytes());
                 10
             }
         };
         between[10..18].copy_from_slice(&r.updated_at().timestamp_micros().to_le_bytes());
         between[18] = u8::from(r.is_deleted());
         between[19..].copy_from_slice(&(r.value().len() as u64).to_le_bytes());
-        hasher.update(&between[from..]);
-        hasher.update(r.value().as_bytes());
+        bytes.extend_from_slice(&between[from..]);
+        bytes.extend_from_slice(r.value().as_bytes());
+        if bytes.len() >= DIGEST_BUFFER {
+            self.hasher.update(bytes);
+            bytes.clear();
+        }
     }
 
     pub(crate) fn finish(&self) -> Digest {
-        let mut bytes = self.0.digest128().to_be_bytes();
+        let mut hasher = self.hasher.clone();
+        hasher.update(&self.pending);
+        let mut bytes = hasher.digest128().to_be_bytes();
         // The first bit is the mark of `Digest::covering_other_days`.
         bytes[0] &= 0x7f;
         Digest(bytes)
@@ -477,6 +492,42 @@ mod tests {
 
     /// A digest is kept in every day's ledger row: the bytes it is taken of
     /// never change, or every stored day would read as changed once.
+    /// A batch of many records, values longer than the builder's buffer
+    /// among them, digests as its bytes hashed piece by piece: the
+    /// buffering cuts the bytes, and only that.
+    #[test]
+    fn a_large_batch_digests_as_its_pieces_hashed_one_by_one() {
+        let day = NaiveDate::from_ymd_opt(2026, 3, 9).unwrap();
+        let mut rng = fastrand::Rng::with_seed(5);
+        let records: Vec<Record> = (0..3_000)
+            .map(|i| {
+                let len = match rng.u8(..20) {
+                    0 => DIGEST_BUFFER + rng.usize(..100),
+                    _ => rng.usize(..200),
+                };
+                let at = DateTime::from_timestamp_micros(1_773_047_096_123_456 + i).unwrap();
+                let r = Record::new(format!("k{i}"), day, "x".repeat(len), at).unwrap();
+                match rng.u8(..10) {
+                    0 => r.to_tombstone(),
+                    _ => r,
+                }
+            })
+            .collect();
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        for r in &records {
+            hasher.update(&(r.key().len() as u64).to_le_bytes());
+            hasher.update(r.key().as_bytes());
+            hasher.update(r.event_date().to_string().as_bytes());
+            hasher.update(&r.updated_at().timestamp_micros().to_le_bytes());
+            hasher.update(&[u8::from(r.is_deleted())]);
+            hasher.update(&(r.value().len() as u64).to_le_bytes());
+            hasher.update(r.value().as_bytes());
+        }
+        let mut expected = hasher.digest128().to_be_bytes();
+        expected[0] &= 0x7f;
+        assert_eq!(Digest::of(&records), Digest(expected));
+    }
+
     #[test]
     fn digests_are_those_stored_before() {
         let date = |y, m, d| NaiveDate::from_ymd_opt(y, m, d).unwrap();

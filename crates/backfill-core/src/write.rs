@@ -137,7 +137,8 @@ where
         at: Utc::now(),
         run_id: None,
     };
-    write_day(store, whole_day(day, records, options, stamp)?, options).await
+    let write = whole_day_apart(day, records, options, stamp).await?;
+    write_day(store, write, options).await
 }
 
 /// [`upsert`] for a day that arrives as a stream of chunks, in memory
@@ -276,6 +277,41 @@ pub(crate) fn whole_day(
     Ok(DayWrite::whole(header, records, collapsed))
 }
 
+/// Records from which a batch is prepared on the runtime's blocking pool:
+/// below it, the work is shorter than handing it over.
+const PREPARED_APART: usize = 1024;
+
+/// [`whole_day`] on the runtime's blocking pool, for a batch of
+/// [`PREPARED_APART`] records or more: checking, sorting and hashing a day
+/// of records is work for a thread of its own, so that a job with several
+/// days in flight prepares them side by side and the task that drives the
+/// days' writes keeps answering their servers. Outside a Tokio runtime,
+/// or for a smaller batch, it runs where it is called.
+pub(crate) async fn whole_day_apart(
+    day: NaiveDate,
+    records: Vec<Record>,
+    options: WriteOptions,
+    stamp: SyncStamp,
+) -> Result<DayWrite> {
+    let handle = match tokio::runtime::Handle::try_current() {
+        Ok(handle) if records.len() >= PREPARED_APART => handle,
+        _ => return whole_day(day, records, options, stamp),
+    };
+    match handle
+        .spawn_blocking(move || whole_day(day, records, options, stamp))
+        .await
+    {
+        Ok(write) => write,
+        // A panic is the caller's, as if the work had run in place.
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(Error::Backend {
+            backend: "tokio",
+            retryable: true,
+            source: format!("preparing the batch of {day}: {e}").into(),
+        }),
+    }
+}
+
 /// A streamed day, once its stream has ended without error: every chunk
 /// validated as it arrived, kept in memory up to the options' budget and
 /// beyond it in temporary files. `stamp` is taken then: the apply begins.
@@ -361,6 +397,62 @@ where
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    /// A batch large enough to be prepared on the blocking pool is the
+    /// batch prepared in place, inside a runtime and outside any (where
+    /// it runs in place), and a bad record in it is refused the same way.
+    #[test]
+    fn a_batch_prepared_apart_is_the_batch_prepared_in_place() {
+        let day = NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
+        let at = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let stamp = SyncStamp { at, run_id: None };
+        let mut records: Vec<Record> = (0..PREPARED_APART * 2)
+            .map(|i| Record::new(format!("k{}", (i * 7919) % 1500), day, format!("{i}"), at))
+            .collect::<Result<_>>()
+            .unwrap();
+        let mut expected =
+            whole_day(day, records.clone(), WriteOptions::default(), stamp.clone()).unwrap();
+        let pages = |write: &mut DayWrite| {
+            let mut all = Vec::new();
+            while let Some(page) = write.next_page(usize::MAX, usize::MAX).unwrap() {
+                all.extend(page);
+            }
+            (all, write.digest(), write.fetched())
+        };
+        let expected = pages(&mut expected);
+        assert_eq!(expected.0.len(), 1500);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut apart = runtime
+            .block_on(whole_day_apart(
+                day,
+                records.clone(),
+                WriteOptions::default(),
+                stamp.clone(),
+            ))
+            .unwrap();
+        assert_eq!(pages(&mut apart), expected);
+        let mut outside = futures_util::FutureExt::now_or_never(whole_day_apart(
+            day,
+            records.clone(),
+            WriteOptions::default(),
+            stamp.clone(),
+        ))
+        .expect("runs in place outside a runtime")
+        .unwrap();
+        assert_eq!(pages(&mut outside), expected);
+
+        let other = day.succ_opt().unwrap();
+        records[1800] = Record::new("wrong", other, "x", at).unwrap();
+        let refused = runtime.block_on(whole_day_apart(
+            day,
+            records,
+            WriteOptions::default(),
+            stamp,
+        ));
+        assert!(matches!(refused, Err(Error::WrongDay { key, .. }) if key == "wrong"));
+    }
 
     #[test]
     fn collapse_keeps_the_winner_whatever_the_order() {

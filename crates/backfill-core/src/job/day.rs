@@ -18,7 +18,7 @@ use crate::error::{fetch_error, Error, Result};
 use crate::fetch::{Body, Fetch};
 use crate::ledger::{DayFailure, RunId, SyncStamp};
 use crate::store::Store;
-use crate::write::{streamed_day, whole_day, write_day};
+use crate::write::{streamed_day, whole_day_apart, write_day};
 
 impl Job {
     /// One day, with retries; on failure, the last error and the attempts.
@@ -157,7 +157,9 @@ impl Job {
                         at: self.clock.now(),
                         run_id,
                     };
-                    let write = whole_day(day, records, options, stamp)?.began(began);
+                    let write = whole_day_apart(day, records, options, stamp)
+                        .await?
+                        .began(began);
                     let flag = self.check(neighbours, day, write.fetched())?;
                     Ok((write_day(store, write, options).await?, flag))
                 }
