@@ -405,6 +405,11 @@ pub(crate) struct Statements {
     /// keeps the range out of that choice: a random-key day's range spans
     /// the primary key).
     pub(crate) day_digest: String,
+    /// [`Statements::day_digest`] only where day `$1`'s ledger holds digest
+    /// `$4` (else no row is read: a count of 0 and the digest of nothing),
+    /// so that it can be sent with [`Statements::watermarked`], before
+    /// that says whether the batch is the one applied last.
+    pub(crate) batch_digest: String,
     /// A day's rows, in no order, as binary `COPY` sends them, for
     /// [`Statements::in_place`]: key, value, `updated_at`, tombstone flag,
     /// and where and by whom each was written (`ctid`, `xmin`). Read
@@ -545,6 +550,15 @@ impl Statements {
         // The table's name as `backfill_days` keys it: a literal, since the
         // name passed check_identifier (lowercase letters, digits, `_`).
         let name = format!("'{table}'");
+        // `Statements::day_digest`, which `batch_digest` extends.
+        let digested = format!(
+            r#"SELECT count(*), sha256(coalesce(string_agg(
+    textsend(r.key) || decode('00', 'hex') || textsend(r.value) || decode('00', 'hex')
+        || timestamptz_send(r.updated_at) || boolsend(r.deleted),
+    ''::bytea ORDER BY r.key), ''::bytea))
+FROM (SELECT key, value, updated_at, deleted FROM {t} WHERE event_date = $1::date OFFSET 0) r
+WHERE r.key >= $2::text COLLATE "C" AND r.key <= $3::text COLLATE "C""#
+        );
         // Day locks are keyed by schema, table and day. `to_char` rather
         // than `::text`: the key must not depend on a session's DateStyle.
         let lock_key = format!(
@@ -730,13 +744,12 @@ FROM (SELECT * FROM unnest($1::date[], $2::bool[]) AS u(day, exclusive)
                  EXISTS (SELECT 1 FROM {days} WHERE records_table = {name} \
                  AND day = $2::date AND digest = $3::text)"
             ),
-            day_digest: format!(
-                r#"SELECT count(*), sha256(coalesce(string_agg(
-    textsend(r.key) || decode('00', 'hex') || textsend(r.value) || decode('00', 'hex')
-        || timestamptz_send(r.updated_at) || boolsend(r.deleted),
-    ''::bytea ORDER BY r.key), ''::bytea))
-FROM (SELECT key, value, updated_at, deleted FROM {t} WHERE event_date = $1::date OFFSET 0) r
-WHERE r.key >= $2::text COLLATE "C" AND r.key <= $3::text COLLATE "C""#
+            day_digest: digested.clone(),
+            // The ledger's condition is planned as a one-time filter: a
+            // day whose ledger holds another digest reads no row.
+            batch_digest: format!(
+                "{digested}\n  AND EXISTS (SELECT 1 FROM {days} WHERE records_table = {name} \
+                 AND day = $1::date AND digest = $4::text)"
             ),
             day_rows: [
                 format!(

@@ -20,7 +20,7 @@ use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::private::BytesMut;
 use tokio_postgres::types::{IsNull, ToSql, Type};
-use tokio_postgres::Statement;
+use tokio_postgres::{Row, Statement};
 
 use crate::error::{pg_error, pool_error};
 use crate::slices::{KeyRanges, Slice, Slices};
@@ -88,14 +88,27 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
         .await
         .map_err(|e| pool_error(e, store.server))?;
     let tx = client.transaction().await.map_err(pg_error)?;
-    tx.batch_execute(CUSTOM_PLANS).await.map_err(pg_error)?;
 
-    // 1.
+    // 1. A batch of one statement's records, not a listing, has its stored
+    // rows digested in the same round trip (if the ledger says it was
+    // applied before).
+    let digested = page.as_deref().filter(|records| {
+        day.as_of().is_none() && Slices::new(records, &[], rows, bytes).nth(1).is_none()
+    });
+    // The plan setting is sent first: the statements after it are planned
+    // under it, without waiting for its answer.
+    let (planned, locked) = join2(
+        tx.batch_execute(CUSTOM_PLANS),
+        lock_days(&tx, sql, &day, digested),
+    )
+    .await;
+    planned.map_err(pg_error)?;
     let Locked {
         marked,
         synced,
         same_batch,
-    } = lock_days(&tx, sql, &day).await?;
+        same_rows,
+    } = locked?;
     // A listing of a day with live rows: rows only leave the day while its
     // lock is held (a record of the day needs its lock), so one without any
     // has nothing to tombstone, now or later in the transaction.
@@ -124,10 +137,11 @@ pub(crate) async fn apply_day(store: Writer<'_>, mut day: DayWrite) -> Result<Co
             )),
         },
         merge: tx.prepare_cached(&sql.merge).await.map_err(pg_error)?,
-        day_digest: match same_batch {
+        day_digest: match same_batch && same_rows.is_none() {
             true => Some(tx.prepare_cached(&sql.day_digest).await.map_err(pg_error)?),
             false => None,
         },
+        same_page: same_rows,
         // A day synced before, re-fetched: most of its records are
         // usually its stored rows. Not where a watermark may bury a record
         // or a listing tombstones, nor when the table keeps history: the
@@ -538,6 +552,11 @@ struct Locked {
     /// same records were applied before, so its rows are likely as they
     /// are ([`Writes::page`] checks that first).
     same_batch: bool,
+    /// For a batch digested with the ledger read (one statement's records
+    /// of its own day, no listing): whether its stored rows are exactly
+    /// its records, as [`same_rows`] tells (`false` where the ledger
+    /// holds another digest). `None`: not asked.
+    same_rows: Option<bool>,
 }
 
 /// The day's next page, its values checked against [`MAX_VALUE_BYTES`]
@@ -553,8 +572,15 @@ fn next_page(day: &mut DayWrite, rows: usize, bytes: usize) -> Result<Option<Vec
 
 /// Step 1: locks the days an apply reads or raises the watermark of, and
 /// reads whether any of them has a watermark and whether the day was
-/// synced before, in one round trip.
-async fn lock_days(tx: &Transaction<'_>, sql: &Statements, day: &DayWrite) -> Result<Locked> {
+/// synced before, in one round trip; with `digested` (the batch, when it is
+/// one statement's records and not a listing's), also whether its stored
+/// rows are exactly its records, if the ledger holds its digest.
+async fn lock_days(
+    tx: &Transaction<'_>,
+    sql: &Statements,
+    day: &DayWrite,
+    digested: Option<&[Record]>,
+) -> Result<Locked> {
     let (days, exclusive) = days_to_lock(day.days().to_vec(), day.day(), day.as_of().is_some());
     if days.is_empty() {
         return Ok(Locked::default());
@@ -567,24 +593,55 @@ async fn lock_days(tx: &Transaction<'_>, sql: &Statements, day: &DayWrite) -> Re
     // A batch of the day's own records only, whole from the start: its
     // digest is known, and its records are all the day's.
     let batch = (day.is_done() && day.days() == [day.day()]).then(|| day.digest().to_string());
-    let (locked, read) = join2(
-        tx.execute(&lock, &[&days, &exclusive]),
-        // A statement of its own, after the locks: its snapshot is taken
-        // once they are held.
-        async {
-            let row = tx
-                .query_one(&watermarked, &[&days, &day.day(), &batch])
-                .await?;
-            Ok::<_, tokio_postgres::Error>(Locked {
-                marked: row.try_get(0)?,
-                synced: row.try_get(1)?,
-                same_batch: row.try_get(2)?,
-            })
+    let digested = match (&batch, digested) {
+        (Some(_), Some(records)) => match (records.first(), records.last()) {
+            (Some(first), Some(last)) => Some((
+                records,
+                (first.key(), last.key()),
+                tx.prepare_cached(&sql.batch_digest)
+                    .await
+                    .map_err(pg_error)?,
+            )),
+            _ => None,
         },
+        _ => None,
+    };
+    let (locked, (read, same_rows)) = join2(
+        tx.execute(&lock, &[&days, &exclusive]),
+        // Statements of their own, after the locks: their snapshots are
+        // taken once they are held.
+        join2(
+            async {
+                let row = tx
+                    .query_one(&watermarked, &[&days, &day.day(), &batch])
+                    .await?;
+                Ok::<_, tokio_postgres::Error>(Locked {
+                    marked: row.try_get(0)?,
+                    synced: row.try_get(1)?,
+                    same_batch: row.try_get(2)?,
+                    same_rows: None,
+                })
+            },
+            async {
+                let Some((records, (first, last), statement)) = &digested else {
+                    return Ok(None);
+                };
+                let on = day.day();
+                let params: [&(dyn ToSql + Sync); 4] = [&on, first, last, &batch];
+                let digested = tx.query_one(statement, &params);
+                Ok(Some(same_as_digested(digested, on, records).await?))
+            },
+        ),
     )
     .await;
+    // The errors in the order the statements ran: a failed one fails
+    // those after it.
     locked.map_err(pg_error)?;
-    read.map_err(pg_error)
+    let read = read.map_err(pg_error)?;
+    Ok(Locked {
+        same_rows: same_rows?,
+        ..read
+    })
 }
 
 /// Step 3: which of the listed day's live rows a listing lacks, range by
@@ -792,6 +849,9 @@ struct Writes {
     /// digest: a slice is then first compared with the day's stored rows
     /// as one digest ([`same_rows`]).
     day_digest: Option<Statement>,
+    /// Whether the batch, one slice, is its stored rows, as step 1 read it
+    /// ([`Locked::same_rows`]); taken by its slice.
+    same_page: Option<bool>,
     /// `Statements::day_rows` and `Statements::in_place`, for a day synced
     /// before, with no watermark, no listing and no history: a slice is
     /// first compared with the day's stored rows, record by record
@@ -934,12 +994,16 @@ impl Writes {
             // The batch applied before: every record may be its stored
             // row, which one digest of the slice's range of the day shows
             // without sending a value.
-            if let (Some(digest), Some(day)) = (&self.day_digest, day_scan) {
-                if same_rows(tx, digest, day, slice).await? {
-                    counts.unchanged += slice.len() as u64;
-                    all_copied = false;
-                    continue;
-                }
+            let same = match (self.same_page.take(), &self.day_digest, day_scan) {
+                // The batch, one slice, digested with the ledger read.
+                (Some(same), _, Some(_)) => same,
+                (None, Some(digest), Some(day)) => same_rows(tx, digest, day, slice).await?,
+                _ => false,
+            };
+            if same {
+                counts.unchanged += slice.len() as u64;
+                all_copied = false;
+                continue;
             }
             // A day re-fetched: only what changed is written.
             if let (Some(in_place), Some(day)) = (self.in_place.clone(), day_scan) {
@@ -1480,56 +1544,128 @@ async fn same_rows(
     let (Some(first), Some(last)) = (slice.first(), slice.last()) else {
         return Ok(false);
     };
-    // The statement is sent first: the server reads and hashes the day's
-    // rows while the slice is hashed here.
-    let (row, digest) = join2(
+    same_as_digested(
         tx.query_one(statement, &[&day, &first.key(), &last.key()]),
-        async { slice_digest(day, slice) },
+        day,
+        slice,
     )
-    .await;
-    let row = row.map_err(pg_error)?;
+    .await
+}
+
+/// Whether the rows `digested` counts and hashes (a row of
+/// `Statements::day_digest` or `batch_digest`) are exactly `records`
+/// (sorted by key, all of `day`). The statement is sent first; the records
+/// are hashed here while the server reads and hashes its rows, a buffer at
+/// a time, given up as soon as its answer counts other than the records (a
+/// day whose ledger holds another digest answers at once, counting none).
+async fn same_as_digested<F>(digested: F, day: NaiveDate, records: &[Record]) -> Result<bool>
+where
+    F: Future<Output = std::result::Result<Row, tokio_postgres::Error>>,
+{
+    let mut digested = pin!(digested);
+    let mut answer: Option<Row> = None;
+    let mut hashing = SliceDigest::new(day, records);
+    let mut digest: Option<Option<[u8; 32]>> = None;
+    poll_fn(|cx| loop {
+        if answer.is_none() {
+            if let Poll::Ready(row) = digested.as_mut().poll(cx) {
+                let row = row.map_err(pg_error)?;
+                let stored: i64 = row.try_get(0).map_err(pg_error)?;
+                if stored as usize != records.len() {
+                    return Poll::Ready(Ok(false));
+                }
+                answer = Some(row);
+            }
+        }
+        match (&answer, digest) {
+            (Some(row), Some(digest)) => {
+                return Poll::Ready(digest_matches(row, records, digest));
+            }
+            // Hashed: the answer's waker is registered.
+            (None, Some(_)) => return Poll::Pending,
+            (_, None) => {
+                if let Hashing::Done(done) = hashing.step() {
+                    digest = Some(done);
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// Whether a row of `Statements::day_digest` (or `batch_digest`) counts
+/// and hashes exactly `records`, whose digest here is `digest`.
+fn digest_matches(row: &Row, records: &[Record], digest: Option<[u8; 32]>) -> Result<bool> {
     let Some(digest) = digest else {
         return Ok(false);
     };
     let stored: i64 = row.try_get(0).map_err(pg_error)?;
     let hashed: &[u8] = row.try_get(1).map_err(pg_error)?;
-    Ok(stored as usize == slice.len() && hashed == digest.as_slice())
+    Ok(stored as usize == records.len() && hashed == digest.as_slice())
 }
 
 /// The SHA-256 `Statements::day_digest` computes of stored rows, of
-/// `records` (sorted by key); `None` if one is not of `day` or its
-/// `updated_at` cannot be sent.
-fn slice_digest(day: NaiveDate, records: &[Record]) -> Option<[u8; 32]> {
-    // Postgres' epoch (2000-01-01) in Unix microseconds: `updated_at` as
-    // tokio-postgres sends it, microseconds since then.
-    const EPOCH_MICROS: i64 = 946_684_800_000_000;
-    // The records' bytes are gathered into one buffer and hashed a buffer
-    // at a time: the same bytes in the same order, without a call into
-    // the hash for each of a record's five pieces.
+/// records (sorted by key), a buffer at a time ([`SliceDigest::step`]).
+struct SliceDigest<'a> {
+    day: NaiveDate,
+    records: std::slice::Iter<'a, Record>,
+    hash: Sha256,
+    /// The records' bytes gathered, hashed a buffer at a time: the same
+    /// bytes in the same order, without a call into the hash for each of
+    /// a record's five pieces.
+    bytes: Vec<u8>,
+}
+
+/// How far a [`SliceDigest`] is.
+enum Hashing {
+    More,
+    /// The digest; `None` if a record is not of the day or its
+    /// `updated_at` cannot be sent.
+    Done(Option<[u8; 32]>),
+}
+
+impl<'a> SliceDigest<'a> {
+    /// Bytes gathered before they are hashed: one step's.
     const BUFFER: usize = 64 << 10;
-    let mut hash = Sha256::new();
-    let mut bytes = Vec::with_capacity(BUFFER);
-    for r in records {
-        if r.event_date() != day {
-            return None;
-        }
-        let micros = r
-            .updated_at()
-            .timestamp_micros()
-            .checked_sub(EPOCH_MICROS)?;
-        bytes.extend_from_slice(r.key().as_bytes());
-        bytes.push(0);
-        bytes.extend_from_slice(r.value().as_bytes());
-        bytes.push(0);
-        bytes.extend_from_slice(&micros.to_be_bytes());
-        bytes.push(u8::from(r.is_deleted()));
-        if bytes.len() >= BUFFER {
-            hash.update(&bytes);
-            bytes.clear();
+
+    fn new(day: NaiveDate, records: &'a [Record]) -> Self {
+        Self {
+            day,
+            records: records.iter(),
+            hash: Sha256::new(),
+            bytes: Vec::with_capacity(Self::BUFFER),
         }
     }
-    hash.update(&bytes);
-    Some(hash.finalize().into())
+
+    /// Hashes the next buffer of records.
+    fn step(&mut self) -> Hashing {
+        // Postgres' epoch (2000-01-01) in Unix microseconds: `updated_at`
+        // as tokio-postgres sends it, microseconds since then.
+        const EPOCH_MICROS: i64 = 946_684_800_000_000;
+        for r in self.records.by_ref() {
+            if r.event_date() != self.day {
+                return Hashing::Done(None);
+            }
+            let Some(micros) = r.updated_at().timestamp_micros().checked_sub(EPOCH_MICROS) else {
+                return Hashing::Done(None);
+            };
+            let bytes = &mut self.bytes;
+            bytes.extend_from_slice(r.key().as_bytes());
+            bytes.push(0);
+            bytes.extend_from_slice(r.value().as_bytes());
+            bytes.push(0);
+            bytes.extend_from_slice(&micros.to_be_bytes());
+            bytes.push(u8::from(r.is_deleted()));
+            if bytes.len() >= Self::BUFFER {
+                self.hash.update(&*bytes);
+                bytes.clear();
+                return Hashing::More;
+            }
+        }
+        self.hash.update(&self.bytes);
+        self.bytes.clear();
+        Hashing::Done(Some(std::mem::take(&mut self.hash).finalize().into()))
+    }
 }
 
 /// The keys [`CopyChecks::none_stored`] looks up before all of a slice's.

@@ -25,6 +25,18 @@ pub(crate) async fn store(url: &str) -> PostgresStore {
 /// show them once flushed: the merge reaches keys through it, the digest
 /// of a day does not.
 pub(crate) async fn key_lookups(admin: &Client, store: &PostgresStore) -> i64 {
+    index_scans(admin, store, "LIKE").await
+}
+
+/// Scans of the table's other indexes so far (that on `event_date`): the
+/// digest of a day reads its rows through it once, and a day compared
+/// record by record after that reads them again.
+async fn day_reads(admin: &Client, store: &PostgresStore) -> i64 {
+    index_scans(admin, store, "NOT LIKE").await
+}
+
+/// Scans of the table's indexes whose name is `like` `'%pkey'`.
+async fn index_scans(admin: &Client, store: &PostgresStore, like: &str) -> i64 {
     // The store's one session flushes its statistics before it answers
     // the statement after this one.
     let own = store.pool().get().await.unwrap();
@@ -39,8 +51,10 @@ pub(crate) async fn key_lookups(admin: &Client, store: &PostgresStore) -> i64 {
         .unwrap();
     admin
         .query_one(
-            "SELECT coalesce(sum(idx_scan), 0)::bigint FROM pg_stat_user_indexes \
-             WHERE schemaname = $1 AND relname = $2 AND indexrelname LIKE '%pkey'",
+            &format!(
+                "SELECT coalesce(sum(idx_scan), 0)::bigint FROM pg_stat_user_indexes \
+                 WHERE schemaname = $1 AND relname = $2 AND indexrelname {like} '%pkey'"
+            ),
             &[&store.schema(), &store.table()],
         )
         .await
@@ -76,6 +90,7 @@ async fn a_batch_applied_again_is_compared_as_one_digest_and_writes_nothing() {
         .unwrap();
     let before = versions(&admin, &store).await;
     let lookups = key_lookups(&admin, &store).await;
+    let reads = day_reads(&admin, &store).await;
 
     for _ in 0..2 {
         let again = upsert(&store, day(0), batch(), WriteOptions::default())
@@ -90,6 +105,11 @@ async fn a_batch_applied_again_is_compared_as_one_digest_and_writes_nothing() {
         key_lookups(&admin, &store).await,
         lookups,
         "the batch's keys were looked up one by one: the digests differed"
+    );
+    assert_eq!(
+        day_reads(&admin, &store).await,
+        reads + 2,
+        "the day's rows were read more than once a run: the digests differed"
     );
 }
 
@@ -222,4 +242,72 @@ async fn a_changed_record_of_the_day_is_updated_in_place() {
         .unwrap()
         .get(0);
     assert_eq!(hot, 40, "every changed record updated in place");
+}
+
+/// A batch whose bytes are hashed in many buffers (about 300 KiB) is
+/// still found to be its stored rows, digest for digest.
+#[tokio::test]
+async fn a_batch_of_many_buffers_applied_again_writes_nothing() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let store = store(&url).await;
+    let admin = crate::admin(&url).await;
+    let rows: Vec<Record> = (0..300)
+        .map(|i| rec(&format!("k/{i:03}"), day(0), &format!("{i:01000}"), at(i)))
+        .collect();
+    upsert(&store, day(0), rows.clone(), WriteOptions::default())
+        .await
+        .unwrap();
+    let before = versions(&admin, &store).await;
+    let lookups = key_lookups(&admin, &store).await;
+    let reads = day_reads(&admin, &store).await;
+    let again = upsert(&store, day(0), rows, WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(again.unchanged, 300, "{again:?}");
+    assert_eq!(versions(&admin, &store).await, before, "a row was written");
+    assert_eq!(key_lookups(&admin, &store).await, lookups);
+    assert_eq!(
+        day_reads(&admin, &store).await,
+        reads + 1,
+        "the day's rows were read more than once: the digests differed"
+    );
+}
+
+/// A row of the day inside the batch's key range that the batch lacks
+/// (another batch moved it there) makes the stored rows more than the
+/// batch: its records are compared one by one after the digest, found
+/// unchanged, and that row is left as it is.
+#[tokio::test]
+async fn a_day_holding_a_row_the_batch_lacks_is_merged() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let store = store(&url).await;
+    let admin = crate::admin(&url).await;
+    upsert(&store, day(0), batch(), WriteOptions::default())
+        .await
+        .unwrap();
+    let other = rec("f/03x", day(0), "moved here", at(1));
+    let lenient = WriteOptions::default().event_dates(backfill_core::EventDates::Lenient);
+    upsert(&store, day(1), vec![other.clone()], lenient)
+        .await
+        .unwrap();
+    let reads = day_reads(&admin, &store).await;
+    let again = upsert(&store, day(0), batch(), WriteOptions::default())
+        .await
+        .unwrap();
+    let mut want = Counts::default();
+    want.unchanged = 25;
+    assert_eq!(again, want);
+    assert!(
+        day_reads(&admin, &store).await > reads + 1,
+        "the batch was taken as its stored rows"
+    );
+    let mut rows = batch();
+    rows.push(other);
+    rows.retain(|r| !r.is_deleted());
+    rows.sort_by(|a, b| a.key().cmp(b.key()));
+    assert_eq!(store.rows().await.unwrap(), rows);
 }
