@@ -606,6 +606,9 @@ async fn lock_days(
         },
         _ => None,
     };
+    // Whether the ledger read found the batch's digest, once answered: the
+    // batch is hashed here only then (a new day's is not).
+    let same_batch = std::sync::OnceLock::new();
     let (locked, (read, same_rows)) = join2(
         tx.execute(&lock, &[&days, &exclusive]),
         // Statements of their own, after the locks: their snapshots are
@@ -615,12 +618,14 @@ async fn lock_days(
                 let row = tx
                     .query_one(&watermarked, &[&days, &day.day(), &batch])
                     .await?;
-                Ok::<_, tokio_postgres::Error>(Locked {
+                let read = Locked {
                     marked: row.try_get(0)?,
                     synced: row.try_get(1)?,
                     same_batch: row.try_get(2)?,
                     same_rows: None,
-                })
+                };
+                let _ = same_batch.set(read.same_batch);
+                Ok::<_, tokio_postgres::Error>(read)
             },
             async {
                 let Some((records, (first, last), statement)) = &digested else {
@@ -629,7 +634,8 @@ async fn lock_days(
                 let on = day.day();
                 let params: [&(dyn ToSql + Sync); 4] = [&on, first, last, &batch];
                 let digested = tx.query_one(statement, &params);
-                Ok(Some(same_as_digested(digested, on, records).await?))
+                let hash = || same_batch.get().copied();
+                Ok(Some(same_as_digested(digested, on, records, &hash).await?))
             },
         ),
     )
@@ -1548,6 +1554,7 @@ async fn same_rows(
         tx.query_one(statement, &[&day, &first.key(), &last.key()]),
         day,
         slice,
+        &|| Some(true),
     )
     .await
 }
@@ -1558,7 +1565,15 @@ async fn same_rows(
 /// are hashed here while the server reads and hashes its rows, a buffer at
 /// a time, given up as soon as its answer counts other than the records (a
 /// day whose ledger holds another digest answers at once, counting none).
-async fn same_as_digested<F>(digested: F, day: NaiveDate, records: &[Record]) -> Result<bool>
+/// `hash` says whether they are worth hashing at all (`None`: not known
+/// yet, asked again when woken; `Some(false)`: never, the answer cannot
+/// match).
+async fn same_as_digested<F>(
+    digested: F,
+    day: NaiveDate,
+    records: &[Record],
+    hash: &(dyn Fn() -> Option<bool> + Sync),
+) -> Result<bool>
 where
     F: Future<Output = std::result::Result<Row, tokio_postgres::Error>>,
 {
@@ -1583,11 +1598,16 @@ where
             }
             // Hashed: the answer's waker is registered.
             (None, Some(_)) => return Poll::Pending,
-            (_, None) => {
-                if let Hashing::Done(done) = hashing.step() {
-                    digest = Some(done);
+            (answer, None) => match (hash(), answer) {
+                (Some(false), _) => digest = Some(None),
+                // Not known yet: woken by whatever tells.
+                (None, None) => return Poll::Pending,
+                _ => {
+                    if let Hashing::Done(done) = hashing.step() {
+                        digest = Some(done);
+                    }
                 }
-            }
+            },
         }
     })
     .await
