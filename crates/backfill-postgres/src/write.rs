@@ -7,7 +7,7 @@ use std::cmp::Ordering;
 use std::future::{poll_fn, Future};
 use std::ops::Range;
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 
 use backfill_core::adapter::check_value_sizes;
@@ -608,7 +608,7 @@ async fn lock_days(
     };
     // Whether the ledger read found the batch's digest, once answered: the
     // batch is hashed here only then (a new day's is not).
-    let same_batch = std::sync::OnceLock::new();
+    let same_batch = OnceLock::new();
     let (locked, (read, same_rows)) = join2(
         tx.execute(&lock, &[&days, &exclusive]),
         // Statements of their own, after the locks: their snapshots are
@@ -634,8 +634,9 @@ async fn lock_days(
                 let on = day.day();
                 let params: [&(dyn ToSql + Sync); 4] = [&on, first, last, &batch];
                 let digested = tx.query_one(statement, &params);
-                let hash = || same_batch.get().copied();
-                Ok(Some(same_as_digested(digested, on, records, &hash).await?))
+                Ok(Some(
+                    same_as_digested(digested, on, records, &same_batch).await?,
+                ))
             },
         ),
     )
@@ -1554,7 +1555,7 @@ async fn same_rows(
         tx.query_one(statement, &[&day, &first.key(), &last.key()]),
         day,
         slice,
-        &|| Some(true),
+        &OnceLock::from(true),
     )
     .await
 }
@@ -1565,40 +1566,40 @@ async fn same_rows(
 /// are hashed here while the server reads and hashes its rows, a buffer at
 /// a time, given up as soon as its answer counts other than the records (a
 /// day whose ledger holds another digest answers at once, counting none).
-/// `hash` says whether they are worth hashing at all (`None`: not known
-/// yet, asked again when woken; `Some(false)`: never, the answer cannot
-/// match).
+/// `worth` says whether they are worth hashing at all (unset: not known
+/// yet, asked again when woken; `false`: never, the answer cannot match).
 async fn same_as_digested<F>(
     digested: F,
     day: NaiveDate,
     records: &[Record],
-    hash: &(dyn Fn() -> Option<bool> + Sync),
+    worth: &OnceLock<bool>,
 ) -> Result<bool>
 where
     F: Future<Output = std::result::Result<Row, tokio_postgres::Error>>,
 {
     let mut digested = pin!(digested);
-    let mut answer: Option<Row> = None;
+    // The server's digest, once its count is the records'.
+    let mut stored: Option<Vec<u8>> = None;
     let mut hashing = SliceDigest::new(day, records);
     let mut digest: Option<Option<[u8; 32]>> = None;
     poll_fn(|cx| loop {
-        if answer.is_none() {
+        if stored.is_none() {
             if let Poll::Ready(row) = digested.as_mut().poll(cx) {
                 let row = row.map_err(pg_error)?;
-                let stored: i64 = row.try_get(0).map_err(pg_error)?;
-                if stored as usize != records.len() {
+                let count: i64 = row.try_get(0).map_err(pg_error)?;
+                if count as usize != records.len() {
                     return Poll::Ready(Ok(false));
                 }
-                answer = Some(row);
+                stored = Some(row.try_get(1).map_err(pg_error)?);
             }
         }
-        match (&answer, digest) {
-            (Some(row), Some(digest)) => {
-                return Poll::Ready(digest_matches(row, records, digest));
+        match (&stored, digest) {
+            (Some(stored), Some(digest)) => {
+                return Poll::Ready(Ok(digest.is_some_and(|d| stored[..] == d[..])));
             }
             // Hashed: the answer's waker is registered.
             (None, Some(_)) => return Poll::Pending,
-            (answer, None) => match (hash(), answer) {
+            (stored, None) => match (worth.get(), stored) {
                 (Some(false), _) => digest = Some(None),
                 // Not known yet: woken by whatever tells.
                 (None, None) => return Poll::Pending,
@@ -1611,17 +1612,6 @@ where
         }
     })
     .await
-}
-
-/// Whether a row of `Statements::day_digest` (or `batch_digest`) counts
-/// and hashes exactly `records`, whose digest here is `digest`.
-fn digest_matches(row: &Row, records: &[Record], digest: Option<[u8; 32]>) -> Result<bool> {
-    let Some(digest) = digest else {
-        return Ok(false);
-    };
-    let stored: i64 = row.try_get(0).map_err(pg_error)?;
-    let hashed: &[u8] = row.try_get(1).map_err(pg_error)?;
-    Ok(stored as usize == records.len() && hashed == digest.as_slice())
 }
 
 /// The SHA-256 `Statements::day_digest` computes of stored rows, of
