@@ -396,14 +396,16 @@ pub(crate) struct Statements {
     /// held, no listing can set a watermark before the transaction ends.
     pub(crate) watermarked: String,
     /// How many rows of day `$1` lie in the key range `[$2, $3]`, and the
-    /// SHA-256 of them all in key order, each as its key, a zero byte, its
-    /// value, a zero byte, its `updated_at` as Postgres sends it (8 bytes,
-    /// microseconds since 2000, big-endian) and its tombstone flag (1
-    /// byte): `write::same_rows` computes the same of a slice. Neither a
-    /// key nor a value holds a zero byte, so the bytes hashed tell every
-    /// row apart. The day's rows are read through its index (`OFFSET 0`
-    /// keeps the range out of that choice: a random-key day's range spans
-    /// the primary key).
+    /// SHA-256 of them all in key order, one zero byte between two rows,
+    /// each row as its key, a zero byte, its `updated_at` as Postgres
+    /// sends it (8 bytes, microseconds since 2000, big-endian), its
+    /// tombstone flag (1 byte) and its value: `write::same_rows` computes
+    /// the same of a slice. Neither a key nor a value holds a zero byte, so
+    /// the bytes hashed tell every row apart, and a row's bytes sort as its
+    /// key does (bytewise, a key before those it is a prefix of): the
+    /// rows are sorted as one value each, no key beside them. The day's
+    /// rows are read through its index (`OFFSET 0` keeps the range out of
+    /// that choice: a random-key day's range spans the primary key).
     pub(crate) day_digest: String,
     /// [`Statements::day_digest`] only where day `$1`'s ledger holds digest
     /// `$4` (else no row is read: a count of 0 and the digest of nothing),
@@ -550,14 +552,15 @@ impl Statements {
         // The table's name as `backfill_days` keys it: a literal, since the
         // name passed check_identifier (lowercase letters, digits, `_`).
         let name = format!("'{table}'");
-        // `Statements::day_digest`, which `batch_digest` extends.
+        // `Statements::day_digest`, which `batch_digest` extends. The
+        // row's bytes are one expression, aggregated and sorted by: one
+        // column to sort, evaluated once.
         let digested = format!(
-            r#"SELECT count(*), sha256(coalesce(string_agg(
-    textsend(r.key) || decode('00', 'hex') || textsend(r.value) || decode('00', 'hex')
-        || timestamptz_send(r.updated_at) || boolsend(r.deleted),
-    ''::bytea ORDER BY r.key), ''::bytea))
-FROM (SELECT key, value, updated_at, deleted FROM {t} WHERE event_date = $1::date OFFSET 0) r
-WHERE r.key >= $2::text COLLATE "C" AND r.key <= $3::text COLLATE "C""#
+            r#"SELECT count(*), sha256(coalesce(string_agg(s.row, decode('00', 'hex') ORDER BY s.row), ''::bytea))
+FROM (SELECT textsend(r.key) || decode('00', 'hex') || timestamptz_send(r.updated_at)
+        || boolsend(r.deleted) || textsend(r.value) AS row
+    FROM (SELECT key, value, updated_at, deleted FROM {t} WHERE event_date = $1::date OFFSET 0) r
+    WHERE r.key >= $2::text COLLATE "C" AND r.key <= $3::text COLLATE "C") s"#
         );
         // Day locks are keyed by schema, table and day. `to_char` rather
         // than `::text`: the key must not depend on a session's DateStyle.
@@ -748,7 +751,7 @@ FROM (SELECT * FROM unnest($1::date[], $2::bool[]) AS u(day, exclusive)
             // The ledger's condition is planned as a one-time filter: a
             // day whose ledger holds another digest reads no row.
             batch_digest: format!(
-                "{digested}\n  AND EXISTS (SELECT 1 FROM {days} WHERE records_table = {name} \
+                "{digested}\nWHERE EXISTS (SELECT 1 FROM {days} WHERE records_table = {name} \
                  AND day = $1::date AND digest = $4::text)"
             ),
             day_rows: [

@@ -1624,6 +1624,8 @@ struct SliceDigest<'a> {
     /// bytes in the same order, without a call into the hash for each of
     /// a record's five pieces.
     bytes: Vec<u8>,
+    /// Whether a record was gathered: the next is preceded by a zero byte.
+    started: bool,
 }
 
 /// How far a [`SliceDigest`] is.
@@ -1644,6 +1646,7 @@ impl<'a> SliceDigest<'a> {
             records: records.iter(),
             hash: Sha256::new(),
             bytes: Vec::with_capacity(Self::BUFFER),
+            started: false,
         }
     }
 
@@ -1660,12 +1663,14 @@ impl<'a> SliceDigest<'a> {
                 return Hashing::Done(None);
             };
             let bytes = &mut self.bytes;
+            if std::mem::replace(&mut self.started, true) {
+                bytes.push(0);
+            }
             bytes.extend_from_slice(r.key().as_bytes());
-            bytes.push(0);
-            bytes.extend_from_slice(r.value().as_bytes());
             bytes.push(0);
             bytes.extend_from_slice(&micros.to_be_bytes());
             bytes.push(u8::from(r.is_deleted()));
+            bytes.extend_from_slice(r.value().as_bytes());
             if bytes.len() >= Self::BUFFER {
                 self.hash.update(&*bytes);
                 bytes.clear();

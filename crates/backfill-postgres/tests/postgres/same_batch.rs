@@ -275,6 +275,42 @@ async fn a_batch_of_many_buffers_applied_again_writes_nothing() {
     );
 }
 
+/// The server sorts a day's rows by their digested bytes, which begin with
+/// the key and a zero byte: keys that are prefixes of one another, or
+/// differ only past a prefix by a byte below or above `/`, sort there as
+/// the batch does, so the batch is still found to be its stored rows.
+#[tokio::test]
+async fn keys_that_are_prefixes_of_one_another_are_digested_in_the_batch_order() {
+    let Some(url) = testkit::url().await else {
+        return;
+    };
+    let store = store(&url).await;
+    let admin = crate::admin(&url).await;
+    let mut rows: Vec<Record> = ["k", "k\u{1}", "k-", "k/", "k/a", "ka", "k\u{7f}", "kä", "l"]
+        .iter()
+        .enumerate()
+        .map(|(i, k)| rec(k, day(0), &format!("{k}{i}"), at(i as i64)))
+        .collect();
+    rows.sort_by(|a, b| a.key().cmp(b.key()));
+    upsert(&store, day(0), rows.clone(), WriteOptions::default())
+        .await
+        .unwrap();
+    let before = versions(&admin, &store).await;
+    let lookups = key_lookups(&admin, &store).await;
+    let reads = day_reads(&admin, &store).await;
+    let again = upsert(&store, day(0), rows.clone(), WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(again.unchanged, rows.len() as u64, "{again:?}");
+    assert_eq!(versions(&admin, &store).await, before, "a row was written");
+    assert_eq!(key_lookups(&admin, &store).await, lookups);
+    assert_eq!(
+        day_reads(&admin, &store).await,
+        reads + 1,
+        "the day's rows were read more than once: the digests differed"
+    );
+}
+
 /// A row of the day inside the batch's key range that the batch lacks
 /// (another batch moved it there) makes the stored rows more than the
 /// batch: its records are compared one by one after the digest, found
