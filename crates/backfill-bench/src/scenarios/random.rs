@@ -165,7 +165,13 @@ pub(crate) async fn random_days(
 
 /// `random_rerun`: the random-key dataset again into `target`, which
 /// holds it: nothing to write. Against the floor's `copy` seconds (the
-/// same rows into an empty table); `backfill` is `random_days`' seconds.
+/// same rows into an empty table, the best of `s.repeat`); `backfill` is
+/// `random_days`' seconds. The best of `s.repeat` re-runs too, each
+/// checked: the first reads rows no one has read since they were copied
+/// in, and pays the server's one-off work on them (each row's commit
+/// looked up and marked on its page), which the detail gives apart. The
+/// server is settled first (`Env::settle`): the backfill's pages are not
+/// being written out during the re-runs.
 pub(crate) async fn random_rerun(
     run: &Run<'_>,
     target: &Target,
@@ -173,35 +179,51 @@ pub(crate) async fn random_rerun(
     backfill: f64,
 ) -> Result<Measurement, String> {
     let (s, kind) = (run.s, run.kind);
-    let (w0, wal0) = (target.rows_written().await?, target.wal_lsn().await?);
-    let (report, seconds, peak) =
-        timed_backfill_keyed(target.store(), job(s), s, Keys::Random).await?;
-    let (w1, wal1) = (target.rows_written().await?, target.wal_lsn().await?);
-    let written = delta(w0, w1)
-        .map(|w| w.saturating_sub(ledger_rows(kind, s.days)))
-        .unwrap_or(report.totals().written());
     let mut failures = Vec::new();
-    check(written == 0, "rows were written", &mut failures);
-    check(
-        report.totals().unchanged == s.rows(),
-        "not all unchanged",
-        &mut failures,
-    );
+    let (mut best, mut first, mut peak, mut wal) = (f64::MAX, None, 0, None);
+    let mut written = Some(0);
+    run.env.settle(None).await?;
+    for _ in 0..s.repeat {
+        let (w0, wal0) = (target.rows_written().await?, target.wal_lsn().await?);
+        let (report, seconds, run_peak) =
+            timed_backfill_keyed(target.store(), job(s), s, Keys::Random).await?;
+        let (w1, wal1) = (target.rows_written().await?, target.wal_lsn().await?);
+        let run_written = delta(w0, w1)
+            .map(|w| w.saturating_sub(ledger_rows(kind, s.days)))
+            .unwrap_or(report.totals().written());
+        written = written.map(|w: u64| w + run_written);
+        check(run_written == 0, "rows were written", &mut failures);
+        check(
+            report.totals().unchanged == s.rows(),
+            "not all unchanged",
+            &mut failures,
+        );
+        first.get_or_insert(seconds);
+        if wal.is_none() {
+            wal = delta(wal0, wal1);
+        }
+        best = best.min(seconds);
+        peak = peak.max(run_peak);
+    }
+    failures.dedup();
+    let first = first.unwrap_or(best);
     Ok(Measurement {
         rows: s.rows(),
-        seconds,
+        seconds: best,
         baseline: Some(kind.floor()),
         baseline_seconds: Some(copy),
-        rows_written: Some(written),
-        wal_bytes: delta(wal0, wal1),
-        speedup: Some(backfill / seconds),
+        rows_written: written,
+        wal_bytes: wal,
+        speedup: Some(backfill / best),
         peak_rss_bytes: peak,
         target: format!("0 rows written; vs {}", floor_text(kind)),
         pass: Some(failures.is_empty()),
         detail: if failures.is_empty() {
             format!(
-                "random_days again, concurrency {}, against {} of the same rows into an empty table",
+                "random_days again, concurrency {}, best of {} (the first {first:.3} s, {:.2}x the floor's time), against {} of the same rows into an empty table",
                 s.concurrency,
+                s.repeat,
+                first / copy,
                 floor_text(kind)
             )
         } else {
@@ -218,7 +240,10 @@ pub(crate) async fn random_rerun(
 /// upsert of the same day into a table holding the same rows (loaded by
 /// the floor's bulk path). Each percentage re-fetches a day of its own (the
 /// last, the one before, …), so that one's changes are not the next one's
-/// stored rows.
+/// stored rows. Each side is timed on a settled server (`Env::settle`):
+/// a day re-fetched the next morning finds its pages written out at a
+/// checkpoint since, and so the first change to each page logs the whole
+/// page, on either side.
 pub(crate) async fn random_lookback(
     run: &mut Run<'_>,
     target: &Target,
@@ -243,6 +268,7 @@ pub(crate) async fn random_lookback(
     let floor = {
         let same = run.env.fresh(1).await?;
         same.bulk_load(rows).await?;
+        run.env.settle(None).await?;
         let started = Instant::now();
         let written = same.upsert_by_hand(&[&records]).await?;
         let seconds = started.elapsed().as_secs_f64();
@@ -252,6 +278,7 @@ pub(crate) async fn random_lookback(
         seconds
     };
 
+    run.env.settle(None).await?;
     let ours = sync_one(run, target, day, records, Mode::Merge).await?;
     let c = &ours.counts;
     let ok = c.updated == changed && c.unchanged == unchanged && ours.written == changed;
