@@ -14,9 +14,8 @@ use backfill_core::adapter::check_value_sizes;
 use backfill_core::columns::{ColumnValue, Columns};
 use backfill_core::{Counts, DayWrite, Error, Record, Result, RunId, SyncedDay};
 use chrono::{DateTime, NaiveDate, Utc};
-use futures_util::StreamExt;
+use futures_util::{SinkExt as _, StreamExt};
 use sha2::{Digest as _, Sha256};
-use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::private::BytesMut;
 use tokio_postgres::types::{IsNull, ToSql, Type};
@@ -1747,6 +1746,7 @@ async fn copy_slice(
     columns: &Columns,
 ) -> std::result::Result<u64, CopyFailure> {
     let sink = tx.copy_in(copy).await?;
+    let mut sink = pin!(sink);
     let mut types = vec![
         Type::TEXT,
         Type::DATE,
@@ -1755,8 +1755,11 @@ async fn copy_slice(
         Type::BOOL,
     ];
     types.extend(columns.iter().map(|c| typed::pg_type(c.column_type())));
-    let writer = BinaryCopyInWriter::new(sink, &types);
-    let mut writer = pin!(writer);
+    let fields = i16::try_from(types.len()).map_err(|_| {
+        CopyFailure::Refused(Error::backend(BACKEND, false, "too many columns to copy"))
+    })?;
+    let mut buf = BytesMut::with_capacity(COPY_CHUNK + (COPY_CHUNK >> 2));
+    buf.extend_from_slice(COPY_HEADER);
     let mut typed = Vec::with_capacity(columns.len());
     for r in records {
         typed.clear();
@@ -1766,14 +1769,45 @@ async fn copy_slice(
         let (key, value) = (r.key(), r.value());
         let (date, at, deleted) = (r.event_date(), r.updated_at(), r.is_deleted());
         let own: [&(dyn ToSql + Sync); 5] = [&key, &date, &value, &at, &deleted];
-        // By index: `write_raw` takes an iterator of known length.
-        let row = (0..own.len() + typed.len()).map(|i| match own.get(i) {
-            Some(&v) => Cell::Own(v),
-            None => Cell::Typed(Param(&typed[i - own.len()])),
-        });
-        writer.as_mut().write_raw(row).await?;
+        let cells = own
+            .iter()
+            .map(|&v| Cell::Own(v))
+            .chain(typed.iter().map(|v| Cell::Typed(Param(v))));
+        buf.extend_from_slice(&fields.to_be_bytes());
+        for (cell, ty) in cells.zip(&types) {
+            let at = buf.len();
+            buf.extend_from_slice(&[0; 4]);
+            let len = match cell.to_sql_checked(ty, &mut buf).map_err(copy_refused)? {
+                IsNull::Yes => -1,
+                IsNull::No => i32::try_from(buf.len() - at - 4).map_err(copy_refused)?,
+            };
+            buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        }
+        if buf.len() >= COPY_CHUNK {
+            sink.as_mut().send(buf.split().freeze()).await?;
+        }
     }
-    Ok(writer.finish().await?)
+    buf.extend_from_slice(&(-1i16).to_be_bytes());
+    sink.as_mut().send(buf.split().freeze()).await?;
+    Ok(sink.finish().await?)
+}
+
+/// The bytes of a slice's binary `COPY` sent at a time: the server takes
+/// each as one message, and the connection writes it in one go (the
+/// driver's own writer sends every 4 KiB, a message and a wake-up of the
+/// connection's task each).
+const COPY_CHUNK: usize = 64 << 10;
+
+/// Binary `COPY`'s header: its signature, no flags, no extension.
+const COPY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
+
+/// A row's cell the driver could not encode: the record is refused.
+fn copy_refused(e: impl std::fmt::Display) -> CopyFailure {
+    CopyFailure::Refused(Error::backend(
+        BACKEND,
+        false,
+        format!("encoding a row for COPY: {e}"),
+    ))
 }
 
 /// A cell of a copied row: one of the table's own columns, or a typed

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use backfill_core::Record;
 use backfill_postgres::PostgresStore;
 use backfill_sqlite::{DATE_FORMAT, INSTANT_FORMAT};
-use futures_util::pin_mut;
+use futures_util::{pin_mut, SinkExt as _};
 use rusqlite::TransactionBehavior;
-use tokio_postgres::binary_copy::BinaryCopyInWriter;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::private::BytesMut;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Client;
 
 /// The four columns every floor writes, in order.
@@ -129,26 +129,40 @@ pub(super) async fn pg_staged_upsert(
     Ok(written)
 }
 
-/// Sends `rows` through the binary `COPY … FROM STDIN` statement `sql`.
+/// Sends `rows` through the binary `COPY … FROM STDIN` statement `sql`,
+/// 64 KiB a message, as the store's own `COPY` sends them (the driver's
+/// `BinaryCopyInWriter` sends every 4 KiB, which costs the client a
+/// message, a wake-up of the connection's task and a write each).
 async fn copy_rows(
     client: &Client,
     sql: &str,
     rows: &[Record],
 ) -> Result<(), tokio_postgres::Error> {
+    const CHUNK: usize = 64 << 10;
+    let types = [Type::TEXT, Type::DATE, Type::TEXT, Type::TIMESTAMPTZ];
     let sink = client.copy_in(sql).await?;
-    let writer = BinaryCopyInWriter::new(
-        sink,
-        &[Type::TEXT, Type::DATE, Type::TEXT, Type::TIMESTAMPTZ],
-    );
-    pin_mut!(writer);
+    pin_mut!(sink);
+    let mut buf = BytesMut::with_capacity(CHUNK + (CHUNK >> 2));
+    buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0");
     for r in rows {
-        let (date, at) = (r.event_date(), r.updated_at());
-        writer
-            .as_mut()
-            .write(&[&r.key(), &date, &r.value(), &at])
-            .await?;
+        let (key, date, value, at) = (r.key(), r.event_date(), r.value(), r.updated_at());
+        let cells: [&(dyn ToSql + Sync); 4] = [&key, &date, &value, &at];
+        buf.extend_from_slice(&4i16.to_be_bytes());
+        for (cell, ty) in cells.iter().zip(&types) {
+            let at = buf.len();
+            buf.extend_from_slice(&[0; 4]);
+            cell.to_sql_checked(ty, &mut buf)
+                .expect("the floor's rows encode");
+            let len = i32::try_from(buf.len() - at - 4).expect("a cell under 2 GiB");
+            buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        }
+        if buf.len() >= CHUNK {
+            sink.as_mut().send(buf.split().freeze()).await?;
+        }
     }
-    writer.finish().await?;
+    buf.extend_from_slice(&(-1i16).to_be_bytes());
+    sink.as_mut().send(buf.split().freeze()).await?;
+    sink.finish().await?;
     Ok(())
 }
 
