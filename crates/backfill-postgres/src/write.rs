@@ -1775,13 +1775,14 @@ async fn copy_slice(
             .chain(typed.iter().map(|v| Cell::Typed(Param(v))));
         buf.extend_from_slice(&fields.to_be_bytes());
         for (cell, ty) in cells.zip(&types) {
-            let at = buf.len();
+            // The cell's length, written once its bytes are.
+            let start = buf.len();
             buf.extend_from_slice(&[0; 4]);
             let len = match cell.to_sql_checked(ty, &mut buf).map_err(copy_refused)? {
                 IsNull::Yes => -1,
-                IsNull::No => i32::try_from(buf.len() - at - 4).map_err(copy_refused)?,
+                IsNull::No => i32::try_from(buf.len() - start - 4).map_err(copy_refused)?,
             };
-            buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+            buf[start..start + 4].copy_from_slice(&len.to_be_bytes());
         }
         if buf.len() >= COPY_CHUNK {
             sink.as_mut().send(buf.split().freeze()).await?;

@@ -149,12 +149,12 @@ async fn copy_rows(
         let cells: [&(dyn ToSql + Sync); 4] = [&key, &date, &value, &at];
         buf.extend_from_slice(&4i16.to_be_bytes());
         for (cell, ty) in cells.iter().zip(&types) {
-            let at = buf.len();
+            let start = buf.len();
             buf.extend_from_slice(&[0; 4]);
             cell.to_sql_checked(ty, &mut buf)
                 .expect("the floor's rows encode");
-            let len = i32::try_from(buf.len() - at - 4).expect("a cell under 2 GiB");
-            buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+            let len = i32::try_from(buf.len() - start - 4).expect("a cell under 2 GiB");
+            buf[start..start + 4].copy_from_slice(&len.to_be_bytes());
         }
         if buf.len() >= CHUNK {
             sink.as_mut().send(buf.split().freeze()).await?;
