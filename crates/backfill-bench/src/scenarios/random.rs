@@ -180,10 +180,9 @@ pub(crate) async fn random_rerun(
 ) -> Result<Measurement, String> {
     let (s, kind) = (run.s, run.kind);
     let mut failures = Vec::new();
-    let (mut best, mut first, mut peak, mut wal) = (f64::MAX, None, 0, None);
-    let mut written = Some(0);
+    let (mut times, mut written, mut peak, mut wal) = (Vec::new(), 0, 0, None);
     run.env.settle(None).await?;
-    for _ in 0..s.repeat {
+    for i in 0..s.repeat {
         let (w0, wal0) = (target.rows_written().await?, target.wal_lsn().await?);
         let (report, seconds, run_peak) =
             timed_backfill_keyed(target.store(), job(s), s, Keys::Random).await?;
@@ -191,28 +190,28 @@ pub(crate) async fn random_rerun(
         let run_written = delta(w0, w1)
             .map(|w| w.saturating_sub(ledger_rows(kind, s.days)))
             .unwrap_or(report.totals().written());
-        written = written.map(|w: u64| w + run_written);
         check(run_written == 0, "rows were written", &mut failures);
         check(
             report.totals().unchanged == s.rows(),
             "not all unchanged",
             &mut failures,
         );
-        first.get_or_insert(seconds);
-        if wal.is_none() {
+        if i == 0 {
             wal = delta(wal0, wal1);
         }
-        best = best.min(seconds);
+        written += run_written;
+        times.push(seconds);
         peak = peak.max(run_peak);
     }
     failures.dedup();
-    let first = first.unwrap_or(best);
+    let first = times[0];
+    let best = times.iter().copied().fold(first, f64::min);
     Ok(Measurement {
         rows: s.rows(),
         seconds: best,
         baseline: Some(kind.floor()),
         baseline_seconds: Some(copy),
-        rows_written: written,
+        rows_written: Some(written),
         wal_bytes: wal,
         speedup: Some(backfill / best),
         peak_rss_bytes: peak,
