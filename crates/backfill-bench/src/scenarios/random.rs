@@ -297,22 +297,12 @@ pub(crate) async fn random_lookback(
         ok &= c.updated == changed && c.unchanged == unchanged && one.written == changed;
         ours.push(one);
     }
-    let best = |times: &[f64]| times.iter().copied().fold(f64::INFINITY, f64::min);
-    let floor = best(&floors);
-    let seconds: Vec<f64> = ours.iter().map(|o| o.seconds).collect();
-    let at = seconds
+    let floor = floors.iter().copied().fold(f64::INFINITY, f64::min);
+    let kept = ours
         .iter()
-        .position(|&t| t == best(&seconds))
-        .unwrap_or(0);
-    let kept = &ours[at];
+        .min_by(|a, b| a.seconds.total_cmp(&b.seconds))
+        .ok_or("no lookback day was timed")?;
     let c = &kept.counts;
-    let list = |times: &[f64]| {
-        times
-            .iter()
-            .map(|t| format!("{t:.3}"))
-            .collect::<Vec<_>>()
-            .join("/")
-    };
     Ok(Measurement {
         rows: u64::from(s.per_day),
         seconds: kept.seconds,
@@ -326,8 +316,8 @@ pub(crate) async fn random_lookback(
         detail: format!(
             "{percent} % changed, best of {repeat} days (ours {} s, the upsert's {} s): \
              inserted {} updated {} unchanged {} stale {}; against {}",
-            list(&seconds),
-            list(&floors),
+            times_text(ours.iter().map(|o| o.seconds)),
+            times_text(floors.iter().copied()),
             c.inserted,
             c.updated,
             c.unchanged,
@@ -336,6 +326,14 @@ pub(crate) async fn random_lookback(
         ),
         ..run.line(name)
     })
+}
+
+/// Seconds to the millisecond, `/` between them.
+fn times_text(times: impl Iterator<Item = f64>) -> String {
+    times
+        .map(|t| format!("{t:.3}"))
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// `random_stream`: one day of `s.big_day` records with random keys
