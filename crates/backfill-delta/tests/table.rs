@@ -525,3 +525,106 @@ async fn a_new_days_file_written_ahead_is_deleted_when_the_day_does_not_take_it(
         BTreeSet::new()
     );
 }
+
+/// A re-fetched day whose records differ from the stored rows in one
+/// thing the merge reads — only `updated_at`, by a microsecond; only the
+/// tombstone flag, at the same instant; one byte deep in a 9 000-byte
+/// value, either way — is never taken as unchanged: the record is judged
+/// by the total order as ever, the day's other 24 rows count unchanged,
+/// and the table ends as a `MemoryStore` given the same writes. A stale
+/// difference writes nothing: the day's file of records stays.
+#[tokio::test]
+async fn a_record_that_differs_in_anything_the_merge_reads_is_never_taken_as_unchanged() {
+    use backfill_core::conformance::fixtures::{awkward_day, day as fixture_day, tomb};
+    use backfill_core::MemoryStore;
+
+    type Change = fn(&Record) -> Record;
+    type Expect = fn(&backfill_core::Counts) -> bool;
+    /// `r` with byte 5 000 of its value set to `byte`.
+    fn deep(r: &Record, byte: &str) -> Record {
+        let mut value = r.value().to_owned();
+        value.replace_range(5000..5001, byte);
+        Record::new(r.key(), r.event_date(), value, r.updated_at()).unwrap()
+    }
+    let cases: [(&str, &str, Change, Expect); 4] = [
+        (
+            "f/03",
+            "a microsecond newer",
+            |r| {
+                Record::new(
+                    r.key(),
+                    r.event_date(),
+                    r.value(),
+                    r.updated_at() + Duration::microseconds(1),
+                )
+                .unwrap()
+            },
+            |c| c.updated == 1,
+        ),
+        // A tombstone of the same instant orders after the live row.
+        (
+            "f/03",
+            "a tombstone of the same instant",
+            |r| tomb(r.key(), r.event_date(), r.updated_at()),
+            |c| c.deleted == 1,
+        ),
+        // `y` orders after the stored `x`: the record wins.
+        (
+            "b/long",
+            "a byte deep in the value, greater",
+            |r| deep(r, "y"),
+            |c| c.updated == 1,
+        ),
+        // `w` orders before it: the record is stale.
+        (
+            "b/long",
+            "a byte deep in the value, smaller",
+            |r| deep(r, "w"),
+            |c| c.stale == 1,
+        ),
+    ];
+    for (key, what, change, expect) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().join("orders");
+        let location = location.to_str().unwrap();
+        let store = DeltaStore::open(location).await.unwrap();
+        let reference = MemoryStore::new();
+        let d = fixture_day(0);
+        let again: Vec<Record> = awkward_day()
+            .iter()
+            .map(|r| match r.key() == key {
+                true => change(r),
+                false => r.clone(),
+            })
+            .collect();
+        let mut counts = Vec::new();
+        for s in [&store as &dyn Store, &reference] {
+            upsert(s, d, awkward_day(), WriteOptions::default())
+                .await
+                .unwrap();
+        }
+        let before = files(location).await;
+        for s in [&store as &dyn Store, &reference] {
+            counts.push(
+                upsert(s, d, again.clone(), WriteOptions::default())
+                    .await
+                    .unwrap(),
+            );
+        }
+        let ours = &counts[0];
+        assert!(expect(ours) && ours.unchanged == 24, "{what}: {ours:?}");
+        assert_eq!(ours, &counts[1], "{what}: the reference's counts");
+        assert_eq!(
+            store.rows_with_tombstones().await.unwrap(),
+            reference.rows_with_tombstones().await.unwrap(),
+            "{what}"
+        );
+        let after = files(location).await;
+        let partition = format!("event_date={d}");
+        let kept = before[&partition].intersection(&after[&partition]).count();
+        match ours.written() {
+            0 => assert_eq!(kept, 1, "{what}: the day's file of records stays"),
+            _ => assert_eq!(kept, 0, "{what}: the day's files are new"),
+        }
+    }
+}
